@@ -1,0 +1,477 @@
+"""pgq's operations, written once, free of I/O.
+
+An operation is a generator: it yields `Stmt` objects ("run sql/<name>.sql with these parameters")
+and receives each statement's result; its return value is the operation's result. The sync driver
+(`run_sync`) and the async driver (`run_async`) in this module are the only code that talks to
+psycopg, so `Queue` and `AsyncQueue` share every line of queue logic and differ only in how they
+wait. Database errors are thrown back into the generator, so an operation can translate them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Generator, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.rows import dict_row
+
+from . import _sql
+from .errors import CONSTRAINT_MESSAGES, InvalidJob, InvalidState, LeaseLost, NotFound, NotMigrated
+from .models import Claim, Job, JobSpec, JobStatus, encode_json, positive_seconds
+
+T = TypeVar("T")
+
+Fetch = Literal["rows", "rowcount", "none"]
+
+
+@dataclass(frozen=True, slots=True)
+class Stmt:
+    """Run `sql/<name>.sql` with `params`; the operation receives rows (dicts) or the row count."""
+
+    name: str
+    params: dict[str, Any]
+    fetch: Fetch = "rows"
+
+
+Steps = Generator[Stmt, Any, T]
+
+
+@dataclass(frozen=True, slots=True)
+class Operation(Generic[T]):
+    """An operation ready to be driven.
+
+    `transaction`: run all statements in one transaction (otherwise each statement commits on its
+    own; on a caller's connection, statements simply join the caller's transaction).
+    `retry_safe`: re-running the whole operation after a connection error that may have happened
+    after a statement reached the server cannot do harm (reads, heartbeats, deduplicated enqueues).
+    """
+
+    name: str
+    steps: Callable[[], Steps[T]]
+    transaction: bool = False
+    retry_safe: bool = False
+
+
+# ---------------------------------------------------------------------------------------------
+# Operations
+
+
+def enqueue(specs: Sequence[JobSpec]) -> Operation[list[int]]:
+    """Enqueue `specs` in one statement; returns one id per spec, in order.
+
+    Deduplicated specs (all with a dedupe_key) are retry-safe: re-running returns the same ids.
+    """
+
+    def steps() -> Steps[list[int]]:
+        if not specs:
+            return []
+        rows = yield Stmt("job_enqueue", _enqueue_params(specs))
+        return [row["id"] for row in rows]
+
+    return Operation("job_enqueue", steps, retry_safe=all(s.dedupe_key is not None for s in specs))
+
+
+def _enqueue_params(specs: Sequence[JobSpec]) -> dict[str, Any]:
+    return {
+        "kinds": [s.kind for s in specs],
+        "payloads": [s.payload_json for s in specs],
+        "queues": [s.queue for s in specs],
+        "priorities": [s.priority for s in specs],
+        "run_ats": [s.run_at for s in specs],
+        "delays": [s.delay_s for s in specs],
+        "dedupe_keys": [s.dedupe_key for s in specs],
+        "watermarks": [s.watermark for s in specs],
+        "max_attempts": [s.max_attempts for s in specs],
+    }
+
+
+def claim(
+    *,
+    worker: str,
+    queues: Sequence[str] | None,
+    kinds: Sequence[str] | None,
+    limit: int,
+    lease: dt.timedelta | float,
+) -> Operation[list[Claim]]:
+    """Claim up to `limit` ready jobs, honouring concurrency limits exactly (two statements, one
+    transaction: lock the limits, then claim). Not retry-safe: a lost reply may hide claims, which
+    are then rescued when their lease expires."""
+    lease_s = positive_seconds("lease", lease)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidJob(f"limit must be an int >= 1, got {limit!r}")
+    if not isinstance(worker, str) or not worker:
+        raise InvalidJob("worker must be a non-empty str")
+    queue_list = _text_list("queues", queues)
+    kind_list = _text_list("kinds", kinds)
+
+    def steps() -> Steps[list[Claim]]:
+        locked = yield Stmt("concurrency_limit_lock", {"kinds": kind_list})
+        rows = yield Stmt(
+            "job_claim",
+            {
+                "queues": queue_list,
+                "kinds": kind_list,
+                "limit": limit,
+                "lease_s": lease_s,
+                "worker": worker,
+                "limited_kinds": [r["kind"] for r in locked],
+                "limited_max": [r["max_running"] for r in locked],
+            },
+        )
+        lease_td = dt.timedelta(seconds=lease_s)
+        claims = [Claim(job=job, token=str(job.lease_token), lease=lease_td) for job in map(Job.from_row, rows)]
+        claims.sort(key=lambda c: (c.job.priority, c.job.run_at, c.job.id))
+        return claims
+
+    return Operation("job_claim", steps, transaction=True)
+
+
+def complete(
+    items: Sequence[tuple[Claim, Any, int | None]], *, raise_lost: bool
+) -> Operation[dict[int, JobStatus]]:
+    """Finish attempts successfully: `(claim, result, watermark)` each; watermark None means the
+    watermark the job had when claimed. Returns {job id: new status} for the attempts that still
+    held their lease (succeeded, or queued for a dirty re-run). Attempts that lost their lease are
+    left unchanged; with `raise_lost` they raise LeaseLost (after the others were completed)."""
+    params: dict[str, Any] = {
+        "ids": [c.job.id for c, _, _ in items],
+        "tokens": [c.token for c, _, _ in items],
+        "results": [None if r is None else encode_json("result", r, None) for _, r, _ in items],
+        "watermarks": [c.job.input_watermark if w is None else w for c, _, w in items],
+    }
+
+    def steps() -> Steps[dict[int, JobStatus]]:
+        if not items:
+            return {}
+        rows = yield Stmt("job_complete", params)
+        return _check_lost("complete", params["ids"], {row["id"]: JobStatus(row["status"]) for row in rows},
+                           raise_lost)
+
+    return Operation("job_complete", steps)
+
+
+def fail(
+    items: Sequence[tuple[Claim, str, float | None, bool]], *, raise_lost: bool
+) -> Operation[dict[int, Job]]:
+    """Record failed attempts: `(claim, error, retry_in seconds or None, final)` each. Returns the
+    jobs that still held their lease, as updated (queued for a retry, or failed); lost leases as
+    in `complete`."""
+    params: dict[str, Any] = {
+        "ids": [c.job.id for c, _, _, _ in items],
+        "tokens": [c.token for c, _, _, _ in items],
+        "errors": [_clean_text(e) for _, e, _, _ in items],
+        "retry_in": [r for _, _, r, _ in items],
+        "finals": [f for _, _, _, f in items],
+    }
+
+    def steps() -> Steps[dict[int, Job]]:
+        if not items:
+            return {}
+        rows = yield Stmt("job_fail", params)
+        return _check_lost("fail", params["ids"], {job.id: job for job in map(Job.from_row, rows)}, raise_lost)
+
+    return Operation("job_fail", steps)
+
+
+def heartbeat(items: Sequence[tuple[Claim, float]], *, raise_lost: bool) -> Operation[set[int]]:
+    """Renew leases: `(claim, lease seconds)` each. Returns the ids renewed; lost leases as in
+    `complete`. Retry-safe (renewing twice only moves the expiry to the same place)."""
+    params: dict[str, Any] = {
+        "ids": [c.job.id for c, _ in items],
+        "tokens": [c.token for c, _ in items],
+        "lease_s": [s for _, s in items],
+    }
+
+    def steps() -> Steps[set[int]]:
+        if not items:
+            return set()
+        rows = yield Stmt("job_heartbeat", params)
+        renewed = {row["id"]: row["id"] for row in rows}
+        return set(_check_lost("heartbeat", params["ids"], renewed, raise_lost))
+
+    return Operation("job_heartbeat", steps, retry_safe=True)
+
+
+def snooze(items: Sequence[tuple[Claim, float]], *, raise_lost: bool) -> Operation[dict[int, Job]]:
+    """Requeue running attempts `delay` seconds from now without spending an attempt:
+    `(claim, delay seconds)` each. Returns the jobs that still held their lease; lost leases as in
+    `complete`."""
+    params: dict[str, Any] = {
+        "ids": [c.job.id for c, _ in items],
+        "tokens": [c.token for c, _ in items],
+        "delays": [d for _, d in items],
+    }
+
+    def steps() -> Steps[dict[int, Job]]:
+        if not items:
+            return {}
+        rows = yield Stmt("job_snooze", params)
+        return _check_lost("snooze", params["ids"], {job.id: job for job in map(Job.from_row, rows)}, raise_lost)
+
+    return Operation("job_snooze", steps)
+
+
+K = TypeVar("K")
+
+
+def _check_lost(operation: str, sent: list[int], done: dict[int, K], raise_lost: bool) -> dict[int, K]:
+    if raise_lost and len(done) < len(sent):
+        raise LeaseLost((i for i in sent if i not in done), operation)
+    return done
+
+
+RESCUE_BATCH = 1000
+
+
+def rescue_expired() -> Operation[list[int]]:
+    """Rescue every attempt whose lease has expired, in batches of RESCUE_BATCH (each its own
+    transaction). Returns the ids rescued (requeued or failed)."""
+
+    def steps() -> Steps[list[int]]:
+        rescued: list[int] = []
+        while True:
+            rows = yield Stmt("job_rescue", {"limit": RESCUE_BATCH})
+            rescued.extend(row["id"] for row in rows)
+            if len(rows) < RESCUE_BATCH:
+                return rescued
+
+    return Operation("job_rescue", steps)
+
+
+def cancel(job_id: int) -> Operation[Job]:
+    """Cancel a queued or running job; raises NotFound or InvalidState (already finished)."""
+    _check_id(job_id)
+
+    def steps() -> Steps[Job]:
+        rows = yield Stmt("job_cancel", {"id": job_id})
+        if rows:
+            return Job.from_row(rows[0])
+        current = yield from _get(job_id)
+        raise InvalidState(job_id, current.status.value, "cancel")
+
+    return Operation("job_cancel", steps)
+
+
+def retry(job_id: int) -> Operation[Job]:
+    """Queue a failed or cancelled job again with fresh attempts; raises NotFound, or InvalidState
+    when it is not failed/cancelled or another active job holds its dedupe key."""
+    _check_id(job_id)
+
+    def steps() -> Steps[Job]:
+        try:
+            rows = yield Stmt("job_retry", {"id": job_id})
+        except pg_errors.UniqueViolation as exc:
+            detail = CONSTRAINT_MESSAGES.get(exc.diag.constraint_name or "", "unique violation")
+            raise InvalidState(job_id, "failed or cancelled", "retry", detail) from None
+        if rows:
+            return Job.from_row(rows[0])
+        current = yield from _get(job_id)
+        raise InvalidState(job_id, current.status.value, "retry")
+
+    return Operation("job_retry", steps)
+
+
+def get(job_id: int) -> Operation[Job | None]:
+    """Read one job, or None."""
+    _check_id(job_id)
+
+    def steps() -> Steps[Job | None]:
+        rows = yield Stmt("job_get", {"id": job_id})
+        return Job.from_row(rows[0]) if rows else None
+
+    return Operation("job_get", steps, retry_safe=True)
+
+
+def _get(job_id: int) -> Steps[Job]:
+    rows = yield Stmt("job_get", {"id": job_id})
+    if not rows:
+        raise NotFound(job_id)
+    return Job.from_row(rows[0])
+
+
+def list_jobs(
+    *,
+    status: str | JobStatus | None,
+    queue: str | None,
+    kind: str | None,
+    limit: int,
+    before_id: int | None,
+) -> Operation[list[Job]]:
+    """Jobs matching the filters, newest first; raises InvalidJob for an unknown status."""
+    parsed = None if status is None else JobStatus.parse(status).value
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
+        raise InvalidJob(f"limit must be an int in [1, 100000], got {limit!r}")
+    params = {"status": parsed, "queue": queue, "kind": kind, "limit": limit, "before_id": before_id}
+
+    def steps() -> Steps[list[Job]]:
+        rows = yield Stmt("job_list", params)
+        return [Job.from_row(row) for row in rows]
+
+    return Operation("job_list", steps, retry_safe=True)
+
+
+PURGE_BATCH = 5000
+
+
+def purge(older_than: dt.timedelta | float, batch: int = PURGE_BATCH) -> Operation[int]:
+    """Delete jobs finished longer than `older_than` ago, `batch` rows per transaction, until none is
+    left; returns how many were deleted. Retry-safe (deleting what is gone deletes nothing)."""
+    seconds = positive_seconds("older_than", older_than) if older_than != 0 else 0.0
+
+    def steps() -> Steps[int]:
+        total = 0
+        while True:
+            deleted: int = yield Stmt("job_purge", {"older_than_s": seconds, "batch": batch}, fetch="rowcount")
+            total += deleted
+            if deleted == 0:
+                return total
+
+    return Operation("job_purge", steps, retry_safe=True)
+
+
+def set_concurrency_limit(kind: str, limit: int | None) -> Operation[None]:
+    """Set (or with None remove) the running-jobs limit of `kind`."""
+    if not isinstance(kind, str) or not kind:
+        raise InvalidJob("kind must be a non-empty str")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InvalidJob(f"concurrency limit must be an int >= 1 or None, got {limit!r}")
+
+    def steps() -> Steps[None]:
+        if limit is None:
+            yield Stmt("concurrency_limit_delete", {"kind": kind}, fetch="none")
+        else:
+            yield Stmt("concurrency_limit_set", {"kind": kind, "max_running": limit}, fetch="none")
+
+    return Operation("concurrency_limit_set", steps, retry_safe=True)
+
+
+def is_dirty(queue: str, dedupe_key: str) -> Operation[bool]:
+    """Whether the key has an active job, i.e. input not yet processed by a successful run."""
+
+    def steps() -> Steps[bool]:
+        rows = yield Stmt("key_is_dirty", {"queue": queue, "dedupe_key": dedupe_key})
+        return bool(rows[0]["dirty"])
+
+    return Operation("key_is_dirty", steps, retry_safe=True)
+
+
+def queue_stats() -> Operation[list[dict[str, Any]]]:
+    """Rows of the pgq.queue_stats view."""
+
+    def steps() -> Steps[list[dict[str, Any]]]:
+        rows = yield Stmt("queue_stats", {})
+        return [dict(row) for row in rows]
+
+    return Operation("queue_stats", steps, retry_safe=True)
+
+
+def _text_list(name: str, values: Iterable[str] | None) -> list[str] | None:
+    if values is None:
+        return None
+    if isinstance(values, str):
+        raise InvalidJob(f"{name} must be a list of str, not a str")
+    result = list(values)
+    if not result or not all(isinstance(v, str) and v for v in result):
+        raise InvalidJob(f"{name} must be a non-empty list of non-empty str")
+    return result
+
+
+def _check_id(job_id: object) -> None:
+    if isinstance(job_id, bool) or not isinstance(job_id, int):
+        raise InvalidJob(f"job id must be an int, got {type(job_id).__name__}")
+
+
+def _clean_text(text: str) -> str:
+    # Error texts come from exceptions and may hold anything; Postgres text cannot hold NUL.
+    return str(text).replace("\x00", "\\0")
+
+
+# ---------------------------------------------------------------------------------------------
+# Drivers: the only code that executes statements.
+
+
+def run_sync(conn: psycopg.Connection[Any], op: Operation[T], *, own_transaction: bool) -> T:
+    """Drive `op` to completion on `conn` (not closed; the caller owns it).
+
+    With `own_transaction`, an operation marked `transaction` runs inside `conn.transaction()`
+    (a savepoint when the connection is already in a transaction). Database errors are thrown into
+    the operation, which may translate them; whatever escapes is raised here.
+    """
+    ctx: AbstractContextManager[Any] = (
+        conn.transaction() if op.transaction and own_transaction else nullcontext()
+    )
+    with ctx, conn.cursor(row_factory=dict_row) as cur:
+        return _drive(op.steps(), lambda stmt: _execute_sync(cur, stmt))
+
+
+def _execute_sync(cur: psycopg.Cursor[Any], stmt: Stmt) -> Any:
+    cur.execute(_sql.query(stmt.name), stmt.params)
+    if stmt.fetch == "rows":
+        return cur.fetchall()
+    return cur.rowcount if stmt.fetch == "rowcount" else None
+
+
+def _drive(steps: Steps[T], execute: Callable[[Stmt], Any]) -> T:
+    try:
+        stmt = next(steps)
+        while True:
+            try:
+                result = execute(stmt)
+            except psycopg.Error as exc:
+                stmt = steps.throw(_translate(exc))
+            else:
+                stmt = steps.send(result)
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
+
+
+async def run_async(conn: psycopg.AsyncConnection[Any], op: Operation[T], *, own_transaction: bool) -> T:
+    """The asyncio twin of `run_sync`'s driver loop (the loop only; the operation is shared)."""
+    ctx: AbstractAsyncContextManager[Any] = (
+        conn.transaction() if op.transaction and own_transaction else _anull()
+    )
+    steps = op.steps()
+    async with ctx, conn.cursor(row_factory=dict_row) as cur:
+        try:
+            stmt = next(steps)
+            while True:
+                result: Any
+                try:
+                    await cur.execute(_sql.query(stmt.name), stmt.params)
+                    if stmt.fetch == "rows":
+                        result = await cur.fetchall()
+                    else:
+                        result = cur.rowcount if stmt.fetch == "rowcount" else None
+                except psycopg.Error as exc:
+                    stmt = steps.throw(_translate(exc))
+                else:
+                    stmt = steps.send(result)
+        except StopIteration as stop:
+            value: T = stop.value
+            return value
+
+
+class _anull(AbstractAsyncContextManager[None]):
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+def _translate(exc: psycopg.Error) -> BaseException:
+    """Map errors whose meaning pgq knows: a missing schema, and constraint violations by name."""
+    mapped: BaseException = exc
+    if isinstance(exc, pg_errors.UndefinedTable | pg_errors.UndefinedFunction | pg_errors.InvalidSchemaName):
+        mapped = NotMigrated(
+            f"the pgq schema is missing or outdated; run `pgq migrate` ({exc.diag.message_primary})"
+        )
+    elif isinstance(exc, pg_errors.CheckViolation):
+        message = CONSTRAINT_MESSAGES.get(exc.diag.constraint_name or "")
+        if message:
+            mapped = InvalidJob(message)
+    if mapped is not exc:
+        mapped.__cause__ = exc
+    return mapped

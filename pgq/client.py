@@ -1,0 +1,470 @@
+"""`Queue` and `AsyncQueue`: the producer and worker API of pgq.
+
+Every method builds an operation from pgq._ops (validating its input before anything is sent) and
+hands it to a driver; the two classes differ only in how they wait. Connections come from a
+psycopg pool: one the queue creates from a DSN (and closes), or one the caller passes (and keeps).
+Methods with a `conn=` parameter run on the caller's connection instead, inside the caller's
+transaction, and never commit it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Self, TypeVar
+
+import psycopg
+import tenacity
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from . import _ops
+from .errors import InvalidJob
+from .models import JSON, Claim, Job, JobSpec, JobStatus, delay_seconds, positive_seconds
+
+T = TypeVar("T")
+
+DEFAULT_LEASE = dt.timedelta(seconds=60)
+SpecLike = JobSpec | Mapping[str, Any]
+
+
+def _spec(kind: str, payload: JSON, **fields: Any) -> JobSpec:
+    return JobSpec(kind, payload, **fields)
+
+
+def _specs(specs: Iterable[SpecLike]) -> list[JobSpec]:
+    out: list[JobSpec] = []
+    for s in specs:
+        if isinstance(s, JobSpec):
+            out.append(s)
+        elif isinstance(s, Mapping):
+            try:
+                out.append(JobSpec(**s))
+            except TypeError as exc:
+                raise InvalidJob(f"bad job spec {dict(s)!r}: {exc}") from None
+        else:
+            raise InvalidJob(f"a job spec must be a JobSpec or a mapping, got {type(s).__name__}")
+    return out
+
+
+def _lease_s(claim: Claim, lease: dt.timedelta | float | None) -> float:
+    return positive_seconds("lease", claim.lease if lease is None else lease)
+
+
+def _retry_policy(op: _ops.Operation[Any]) -> tenacity.retry_base:
+    # A connection error after a statement reached the server leaves its outcome unknown: only
+    # operations whose re-run is harmless are retried; the others raise at once.
+    return tenacity.retry_if_exception(
+        lambda exc: op.retry_safe and isinstance(exc, psycopg.OperationalError)
+    )
+
+
+_RETRY_ARGS: dict[str, Any] = {
+    "stop": tenacity.stop_after_attempt(4),
+    "wait": tenacity.wait_exponential_jitter(initial=0.1, max=2.0),
+    "reraise": True,
+}
+
+
+class _QueueBase:
+    """Argument handling shared by both clients (no I/O)."""
+
+    def _pool_kwargs(self) -> dict[str, Any]:
+        # autocommit: a single-statement operation is its own transaction (one round trip); the
+        # operations that need several statements open a transaction explicitly.
+        return {"autocommit": True}
+
+
+class Queue(_QueueBase):
+    """Synchronous pgq client, usable as soon as it is constructed; thread-safe.
+
+    `dsn_or_pool`: a libpq DSN (the queue opens a pool of `min_size`..`max_size` connections and
+    closes it in `close()`), or a `psycopg_pool.ConnectionPool` owned by the caller (left open).
+    Use as a context manager or call `close()`.
+    """
+
+    def __init__(
+        self,
+        dsn_or_pool: str | ConnectionPool[Any],
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 30.0,
+    ) -> None:
+        if isinstance(dsn_or_pool, ConnectionPool):
+            self._pool: ConnectionPool[Any] = dsn_or_pool
+            self._owns_pool = False
+        else:
+            self._pool = ConnectionPool(
+                dsn_or_pool, min_size=min_size, max_size=max_size, timeout=timeout,
+                kwargs=self._pool_kwargs(), open=True, name="pgq",
+            )
+            self._owns_pool = True
+
+    @property
+    def pool(self) -> ConnectionPool[Any]:
+        """The connection pool in use."""
+        return self._pool
+
+    def close(self) -> None:
+        """Close the pool if this queue created it. Idempotent."""
+        if self._owns_pool:
+            self._pool.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run(self, op: _ops.Operation[T], conn: psycopg.Connection[Any] | None = None) -> T:
+        if conn is not None:
+            return _ops.run_sync(conn, op, own_transaction=True)
+        for attempt in tenacity.Retrying(retry=_retry_policy(op), **_RETRY_ARGS):
+            with attempt, self._pool.connection() as c:
+                return _ops.run_sync(c, op, own_transaction=True)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def enqueue(
+        self,
+        kind: str,
+        payload: JSON = None,
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        run_at: dt.datetime | None = None,
+        delay: dt.timedelta | float | None = None,
+        dedupe_key: str | None = None,
+        watermark: int | None = None,
+        max_attempts: int | None = None,
+        conn: psycopg.Connection[Any] | None = None,
+    ) -> int:
+        """Enqueue one job and return its id; see `enqueue_many` for the rules.
+
+        Raises InvalidJob (nothing written) for bad input. With `conn`, the job is written in the
+        caller's transaction: it exists if and only if that transaction commits.
+        """
+        spec = _spec(kind, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
+                     dedupe_key=dedupe_key, watermark=watermark, max_attempts=max_attempts)
+        return self._run(_ops.enqueue([spec]), conn)[0]
+
+    def enqueue_many(self, specs: Iterable[SpecLike], *, conn: psycopg.Connection[Any] | None = None) -> list[int]:
+        """Enqueue a batch in one statement; returns one id per spec, in order.
+
+        A spec is a JobSpec or a mapping of its fields. All specs are validated before anything is
+        sent (InvalidJob). Dedupe: a `dedupe_key` that an active (queued or running) job of the
+        same queue holds returns that job's id and creates nothing, raising its input watermark to
+        `watermark` if higher; a watermark at or below the one a successful run already processed
+        returns that run's job id. Idle workers of the queues are notified once per queue.
+        """
+        return self._run(_ops.enqueue(_specs(specs)), conn)
+
+    def claim(
+        self,
+        *,
+        worker: str,
+        queues: Sequence[str] | None = None,
+        kinds: Sequence[str] | None = None,
+        limit: int = 1,
+        lease: dt.timedelta | float = DEFAULT_LEASE,
+    ) -> list[Claim]:
+        """Start an attempt on up to `limit` ready jobs (all queues when `queues` is None).
+
+        Jobs run in priority, run_at, id order; rows other claimers hold are skipped
+        (FOR UPDATE SKIP LOCKED), and concurrency limits are exact. Each claim holds a fresh lease
+        token valid for `lease`. Not retried on connection errors (claims a lost reply hid are
+        rescued when their lease expires).
+        """
+        return self._run(_ops.claim(worker=worker, queues=queues, kinds=kinds, limit=limit, lease=lease))
+
+    def complete(self, claim: Claim, result: JSON = None, watermark: int | None = None) -> JobStatus:
+        """Finish an attempt successfully, storing `result` (JSON).
+
+        Returns SUCCEEDED, or QUEUED when a higher watermark arrived while the job ran (a dirty
+        re-run). `watermark`: the input watermark processed (default: the job's when claimed).
+        Raises LeaseLost, changing nothing, if the attempt no longer holds the job.
+        """
+        return self._run(_ops.complete([(claim, result, watermark)], raise_lost=True))[claim.id]
+
+    def complete_many(self, items: Iterable[tuple[Claim, JSON]]) -> dict[int, JobStatus]:
+        """Complete many attempts in one statement: `(claim, result)` pairs.
+
+        Returns {job id: new status} for the attempts that still held their lease; ids missing
+        from it lost their lease and were left unchanged (no exception).
+        """
+        return self._run(_ops.complete([(c, r, None) for c, r in items], raise_lost=False))
+
+    def fail(self, claim: Claim, error: str, retry_in: dt.timedelta | float | None = None,
+             *, final: bool = False) -> Job:
+        """Record a failed attempt and return the job as updated.
+
+        With attempts left (and not `final`) the job is queued again after `retry_in`, or after an
+        exponential backoff with jitter (never under 1 s); otherwise it is failed and its dedupe
+        key freed. Raises LeaseLost, changing nothing, if the attempt no longer holds the job.
+        """
+        retry_s = None if retry_in is None else _non_negative("retry_in", retry_in)
+        return self._run(_ops.fail([(claim, error, retry_s, final)], raise_lost=True))[claim.id]
+
+    def fail_many(self, items: Iterable[tuple[Claim, str]]) -> dict[int, Job]:
+        """Fail many attempts in one statement with the default backoff: `(claim, error)` pairs.
+
+        Returns the updated jobs of the attempts that still held their lease.
+        """
+        return self._run(_ops.fail([(c, e, None, False) for c, e in items], raise_lost=False))
+
+    def heartbeat(self, claims: Iterable[Claim], lease: dt.timedelta | float | None = None) -> None:
+        """Renew the leases of `claims` in one statement, by `lease` (default: each claim's own).
+
+        Raises LeaseLost naming the jobs whose lease was lost, after renewing all the others.
+        """
+        items = [(c, _lease_s(c, lease)) for c in claims]
+        self._run(_ops.heartbeat(items, raise_lost=True))
+
+    def snooze(self, claim: Claim, delay: dt.timedelta | float) -> Job:
+        """Requeue a running job `delay` from now without spending an attempt; returns the job.
+
+        Raises LeaseLost, changing nothing, if the attempt no longer holds the job.
+        """
+        delay_s = _non_negative("delay", delay)
+        return self._run(_ops.snooze([(claim, delay_s)], raise_lost=True))[claim.id]
+
+    def release(self, claims: Iterable[Claim]) -> builtins.list[int]:
+        """Hand running attempts straight back to the queue, due now, without spending an attempt
+        (a worker shutting down). Returns the ids released; attempts that lost their lease are
+        skipped."""
+        released = self._run(_ops.snooze([(c, 0.0) for c in claims], raise_lost=False))
+        return builtins.list(released)
+
+    def rescue_expired(self) -> builtins.list[int]:
+        """Rescue all attempts whose lease expired; returns their job ids.
+
+        Each expired attempt counts as failed: jobs with attempts left are queued again at once,
+        the others failed. Rows locked by other transactions are skipped, never waited for.
+        """
+        return self._run(_ops.rescue_expired())
+
+    def cancel(self, job_id: int) -> Job:
+        """Cancel a queued or running job; returns it. Raises NotFound, or InvalidState when the
+        job already finished. A running job's worker is fenced out (its completion gets LeaseLost).
+        """
+        return self._run(_ops.cancel(job_id))
+
+    def retry(self, job_id: int) -> Job:
+        """Queue a failed or cancelled job again with fresh attempts; returns it. Raises NotFound,
+        or InvalidState (not failed/cancelled, or its dedupe key is held by another active job)."""
+        return self._run(_ops.retry(job_id))
+
+    def get(self, job_id: int) -> Job | None:
+        """Return the job with this id, or None."""
+        return self._run(_ops.get(job_id))
+
+    def purge(self, older_than: dt.timedelta | float) -> int:
+        """Delete jobs that finished more than `older_than` ago, in bounded batches (each its own
+        short transaction) until none is left; returns how many were deleted."""
+        return self._run(_ops.purge(older_than))
+
+    def set_concurrency_limit(self, kind: str, limit: int | None) -> None:
+        """Allow at most `limit` running jobs of `kind` across all workers (None removes the limit).
+        The limit applies to claims that start after this returns."""
+        self._run(_ops.set_concurrency_limit(kind, limit))
+
+    def is_dirty(self, queue: str, key: str) -> bool:
+        """True when `key` has input no successful run has processed yet (an active job)."""
+        return self._run(_ops.is_dirty(queue, key))
+
+    def stats(self) -> builtins.list[dict[str, Any]]:
+        """Rows of the pgq.queue_stats view (one dict per queue)."""
+        return self._run(_ops.queue_stats())
+
+    def list(
+        self,
+        status: str | JobStatus | None = None,
+        queue: str | None = None,
+        kind: str | None = None,
+        limit: int = 100,
+        *,
+        before_id: int | None = None,
+    ) -> builtins.list[Job]:
+        """Jobs matching every given filter, newest first, at most `limit`; `before_id` pages.
+        Raises InvalidJob for an unknown status."""
+        return self._run(_ops.list_jobs(status=status, queue=queue, kind=kind, limit=limit, before_id=before_id))
+
+
+class AsyncQueue(_QueueBase):
+    """asyncio pgq client: the methods of `Queue`, as coroutines, with the same contracts.
+
+    `dsn_or_pool`: a DSN (the queue creates an AsyncConnectionPool; `close()` closes it) or an
+    AsyncConnectionPool owned by the caller. Open it with `await q.open()` or `async with`.
+    """
+
+    def __init__(
+        self,
+        dsn_or_pool: str | AsyncConnectionPool[Any],
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 30.0,
+    ) -> None:
+        if isinstance(dsn_or_pool, AsyncConnectionPool):
+            self._pool: AsyncConnectionPool[Any] = dsn_or_pool
+            self._owns_pool = False
+        else:
+            self._pool = AsyncConnectionPool(
+                dsn_or_pool, min_size=min_size, max_size=max_size, timeout=timeout,
+                kwargs=self._pool_kwargs(), open=False, name="pgq",
+            )
+            self._owns_pool = True
+
+    @property
+    def pool(self) -> AsyncConnectionPool[Any]:
+        """The connection pool in use."""
+        return self._pool
+
+    async def open(self) -> None:
+        """Open the pool if this queue created it (connections are made in the background)."""
+        if self._owns_pool:
+            await self._pool.open()
+
+    async def close(self) -> None:
+        """Close the pool if this queue created it. Idempotent."""
+        if self._owns_pool:
+            await self._pool.close()
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _run(self, op: _ops.Operation[T], conn: psycopg.AsyncConnection[Any] | None = None) -> T:
+        if conn is not None:
+            return await _ops.run_async(conn, op, own_transaction=True)
+        async for attempt in tenacity.AsyncRetrying(retry=_retry_policy(op), **_RETRY_ARGS):
+            with attempt:
+                async with self._pool.connection() as c:
+                    return await _ops.run_async(c, op, own_transaction=True)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def enqueue(
+        self,
+        kind: str,
+        payload: JSON = None,
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        run_at: dt.datetime | None = None,
+        delay: dt.timedelta | float | None = None,
+        dedupe_key: str | None = None,
+        watermark: int | None = None,
+        max_attempts: int | None = None,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> int:
+        """See `Queue.enqueue`."""
+        spec = _spec(kind, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
+                     dedupe_key=dedupe_key, watermark=watermark, max_attempts=max_attempts)
+        return (await self._run(_ops.enqueue([spec]), conn))[0]
+
+    async def enqueue_many(
+        self, specs: Iterable[SpecLike], *, conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> builtins.list[int]:
+        """See `Queue.enqueue_many`."""
+        return await self._run(_ops.enqueue(_specs(specs)), conn)
+
+    async def claim(
+        self,
+        *,
+        worker: str,
+        queues: Sequence[str] | None = None,
+        kinds: Sequence[str] | None = None,
+        limit: int = 1,
+        lease: dt.timedelta | float = DEFAULT_LEASE,
+    ) -> builtins.list[Claim]:
+        """See `Queue.claim`."""
+        return await self._run(_ops.claim(worker=worker, queues=queues, kinds=kinds, limit=limit, lease=lease))
+
+    async def complete(self, claim: Claim, result: JSON = None, watermark: int | None = None) -> JobStatus:
+        """See `Queue.complete`."""
+        return (await self._run(_ops.complete([(claim, result, watermark)], raise_lost=True)))[claim.id]
+
+    async def complete_many(self, items: Iterable[tuple[Claim, JSON]]) -> dict[int, JobStatus]:
+        """See `Queue.complete_many`."""
+        return await self._run(_ops.complete([(c, r, None) for c, r in items], raise_lost=False))
+
+    async def fail(self, claim: Claim, error: str, retry_in: dt.timedelta | float | None = None,
+                   *, final: bool = False) -> Job:
+        """See `Queue.fail`."""
+        retry_s = None if retry_in is None else _non_negative("retry_in", retry_in)
+        return (await self._run(_ops.fail([(claim, error, retry_s, final)], raise_lost=True)))[claim.id]
+
+    async def fail_many(self, items: Iterable[tuple[Claim, str]]) -> dict[int, Job]:
+        """See `Queue.fail_many`."""
+        return await self._run(_ops.fail([(c, e, None, False) for c, e in items], raise_lost=False))
+
+    async def heartbeat(self, claims: Iterable[Claim], lease: dt.timedelta | float | None = None) -> None:
+        """See `Queue.heartbeat`."""
+        items = [(c, _lease_s(c, lease)) for c in claims]
+        await self._run(_ops.heartbeat(items, raise_lost=True))
+
+    async def snooze(self, claim: Claim, delay: dt.timedelta | float) -> Job:
+        """See `Queue.snooze`."""
+        delay_s = _non_negative("delay", delay)
+        return (await self._run(_ops.snooze([(claim, delay_s)], raise_lost=True)))[claim.id]
+
+    async def release(self, claims: Iterable[Claim]) -> builtins.list[int]:
+        """See `Queue.release`."""
+        released = await self._run(_ops.snooze([(c, 0.0) for c in claims], raise_lost=False))
+        return builtins.list(released)
+
+    async def rescue_expired(self) -> builtins.list[int]:
+        """See `Queue.rescue_expired`."""
+        return await self._run(_ops.rescue_expired())
+
+    async def cancel(self, job_id: int) -> Job:
+        """See `Queue.cancel`."""
+        return await self._run(_ops.cancel(job_id))
+
+    async def retry(self, job_id: int) -> Job:
+        """See `Queue.retry`."""
+        return await self._run(_ops.retry(job_id))
+
+    async def get(self, job_id: int) -> Job | None:
+        """See `Queue.get`."""
+        return await self._run(_ops.get(job_id))
+
+    async def purge(self, older_than: dt.timedelta | float) -> int:
+        """See `Queue.purge`."""
+        return await self._run(_ops.purge(older_than))
+
+    async def set_concurrency_limit(self, kind: str, limit: int | None) -> None:
+        """See `Queue.set_concurrency_limit`."""
+        await self._run(_ops.set_concurrency_limit(kind, limit))
+
+    async def is_dirty(self, queue: str, key: str) -> bool:
+        """See `Queue.is_dirty`."""
+        return await self._run(_ops.is_dirty(queue, key))
+
+    async def stats(self) -> builtins.list[dict[str, Any]]:
+        """See `Queue.stats`."""
+        return await self._run(_ops.queue_stats())
+
+    async def list(
+        self,
+        status: str | JobStatus | None = None,
+        queue: str | None = None,
+        kind: str | None = None,
+        limit: int = 100,
+        *,
+        before_id: int | None = None,
+    ) -> builtins.list[Job]:
+        """See `Queue.list`."""
+        return await self._run(
+            _ops.list_jobs(status=status, queue=queue, kind=kind, limit=limit, before_id=before_id)
+        )
+
+
+def _non_negative(name: str, value: dt.timedelta | float) -> float:
+    seconds = delay_seconds(value)
+    if seconds < 0:
+        raise InvalidJob(f"{name} must not be negative, got {value!r}")
+    return seconds

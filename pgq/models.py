@@ -1,0 +1,198 @@
+"""Data types of pgq's public API: Job, JobStatus, JobSpec, Claim."""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InvalidJob
+
+JSON = Any
+"""A value `json.dumps` accepts (dict, list, str, int, float, bool, None)."""
+
+PRIORITY_MIN = -32768
+PRIORITY_MAX = 32767
+MAX_PAYLOAD_BYTES = 1_000_000
+"""Largest accepted payload, in bytes of JSON text. Jobs carry arguments, not documents."""
+
+
+class JobStatus(enum.StrEnum):
+    """Status of a job; the values equal those of the SQL enum `pgq.job_status`."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @classmethod
+    def parse(cls, value: str | JobStatus) -> JobStatus:
+        """Return the status named `value`; raise InvalidJob naming the valid ones otherwise."""
+        try:
+            return cls(value)
+        except ValueError:
+            valid = ", ".join(s.value for s in cls)
+            raise InvalidJob(f"unknown status {value!r} (expected one of: {valid})") from None
+
+
+ACTIVE = (JobStatus.QUEUED, JobStatus.RUNNING)
+FINISHED = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A row of `pgq.jobs`, as read at one moment. Timestamps come from the database clock."""
+
+    id: int
+    queue: str
+    kind: str
+    payload: JSON
+    priority: int
+    status: JobStatus
+    run_at: dt.datetime
+    attempts: int
+    max_attempts: int
+    dedupe_key: str | None
+    lease_token: str | None
+    lease_expires_at: dt.datetime | None
+    claimed_by: str | None
+    last_error: str | None
+    result: JSON
+    input_watermark: int | None
+    done_watermark: int | None
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Job:
+        """Build a Job from a row of the job columns (see sql/job_columns in the .sql files)."""
+        values = dict(row)
+        values["status"] = JobStatus(values["status"])
+        token = values.get("lease_token")
+        values["lease_token"] = None if token is None else str(token)
+        return cls(**{name: values[name] for name in cls.__slots__})
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One claimed attempt of a job: the job as claimed and the lease token that fences it.
+
+    `lease` is the lease duration the claim was made with; heartbeats renew by the same amount
+    unless told otherwise.
+    """
+
+    job: Job
+    token: str
+    lease: dt.timedelta
+
+    @property
+    def id(self) -> int:
+        """The job's id."""
+        return self.job.id
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One job to enqueue: the arguments of `Queue.enqueue`, validated on construction.
+
+    Raises InvalidJob for an empty kind or queue, a payload that is not JSON-serializable or too
+    large, text with NUL characters, a priority outside smallint, a negative delay, both `run_at`
+    and `delay`, or max_attempts < 1.
+    """
+
+    kind: str
+    payload: JSON = None
+    queue: str = "default"
+    priority: int = 0
+    run_at: dt.datetime | None = None
+    delay: dt.timedelta | float | None = None
+    dedupe_key: str | None = None
+    watermark: int | None = None
+    max_attempts: int | None = None
+    payload_json: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _check_text("kind", self.kind, required=True)
+        _check_text("queue", self.queue, required=True)
+        if self.dedupe_key is not None:
+            _check_text("dedupe_key", self.dedupe_key, required=True)
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise InvalidJob(f"priority must be an int, got {type(self.priority).__name__}")
+        if not PRIORITY_MIN <= self.priority <= PRIORITY_MAX:
+            raise InvalidJob(f"priority {self.priority} out of range [{PRIORITY_MIN}, {PRIORITY_MAX}]")
+        if self.run_at is not None and self.delay is not None:
+            raise InvalidJob("give run_at or delay, not both")
+        if self.run_at is not None and (
+            not isinstance(self.run_at, dt.datetime) or self.run_at.tzinfo is None
+        ):
+            raise InvalidJob("run_at must be a timezone-aware datetime")
+        if self.delay is not None and delay_seconds(self.delay) < 0:
+            raise InvalidJob(f"delay must not be negative, got {self.delay!r}")
+        if self.watermark is not None and (
+            isinstance(self.watermark, bool) or not isinstance(self.watermark, int)
+        ):
+            raise InvalidJob("watermark must be an int")
+        if self.max_attempts is not None and (
+            isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int)
+            or self.max_attempts < 1
+        ):
+            raise InvalidJob(f"max_attempts must be an int >= 1, got {self.max_attempts!r}")
+        object.__setattr__(self, "payload_json", encode_json("payload", self.payload, {}))
+
+    @property
+    def delay_s(self) -> float | None:
+        """The delay in seconds, or None."""
+        return None if self.delay is None else delay_seconds(self.delay)
+
+
+def delay_seconds(value: dt.timedelta | float | int) -> float:
+    """Return a delay given as timedelta or seconds as float seconds; raise InvalidJob otherwise."""
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidJob(f"a duration must be a timedelta or seconds, got {type(value).__name__}")
+    return float(value)
+
+
+def positive_seconds(name: str, value: dt.timedelta | float | int) -> float:
+    """Return `value` in seconds; raise InvalidJob unless it is > 0."""
+    seconds = delay_seconds(value)
+    if not seconds > 0:
+        raise InvalidJob(f"{name} must be positive, got {value!r}")
+    return seconds
+
+
+def encode_json(what: str, value: JSON, default: JSON) -> str:
+    """Serialize `value` (None -> `default`) to JSON text for a jsonb column.
+
+    Raises InvalidJob if it is not JSON-serializable (NaN and infinities included: jsonb rejects
+    them), contains NUL characters (Postgres text cannot hold them), or exceeds MAX_PAYLOAD_BYTES.
+    """
+    try:
+        text = json.dumps(default if value is None else value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidJob(f"{what} is not JSON-serializable: {exc}") from None
+    if _JSON_NUL.search(text):
+        raise InvalidJob(f"{what} contains a NUL character, which Postgres cannot store")
+    if len(text) > MAX_PAYLOAD_BYTES and len(text.encode()) > MAX_PAYLOAD_BYTES:
+        raise InvalidJob(f"{what} is {len(text.encode())} bytes of JSON; the limit is {MAX_PAYLOAD_BYTES}")
+    return text
+
+
+# An escaped NUL in JSON text: "\u0000" not itself preceded by an escaping backslash.
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def _check_text(name: str, value: object, *, required: bool) -> None:
+    if not isinstance(value, str):
+        raise InvalidJob(f"{name} must be a str, got {type(value).__name__}")
+    if required and not value:
+        raise InvalidJob(f"{name} must not be empty")
+    if "\x00" in value:
+        raise InvalidJob(f"{name} contains a NUL character, which Postgres cannot store")

@@ -1,0 +1,81 @@
+-- job_claim: step 2 of a claim. Takes up to `limit` ready jobs from the given queues (all queues when
+-- `queues` is NULL) in priority, run_at, id order and starts an attempt on each: a fresh lease token,
+-- a lease expiring `lease_s` seconds from now (database clock), attempts + 1.
+-- Jobs of kinds that have a concurrency limit are only taken for the kinds locked by step 1
+-- (`limited_kinds`, with their `limited_max`), and only as many as are free under the limit.
+WITH RECURSIVE
+every_queue AS (
+    -- Loose index scan over jobs_claim_idx: one probe per distinct queue with queued jobs, instead of
+    -- reading every queued row. Only evaluated when no queue list is given.
+    (SELECT j.queue FROM pgq.jobs j WHERE j.status = 'queued' ORDER BY j.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM pgq.jobs j
+            WHERE j.status = 'queued' AND j.queue > e.queue ORDER BY j.queue LIMIT 1)
+    FROM every_queue e
+    WHERE e.queue IS NOT NULL
+),
+wanted_queue AS (
+    SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name)
+    UNION
+    SELECT e.queue FROM every_queue e WHERE %(queues)s::text[] IS NULL AND e.queue IS NOT NULL
+),
+unlimited AS (
+    -- Per queue, an ordered scan of jobs_claim_idx that stops after `limit` rows; rows locked by
+    -- other claimers are skipped, not waited for.
+    SELECT c.id, c.priority, c.run_at
+    FROM wanted_queue w
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.run_at
+        FROM pgq.jobs j
+        WHERE j.status = 'queued'
+          AND j.queue = w.name
+          AND j.run_at <= now()
+          AND (%(kinds)s::text[] IS NULL OR j.kind = ANY(%(kinds)s::text[]))
+          AND NOT EXISTS (SELECT 1 FROM pgq.concurrency_limits l WHERE l.kind = j.kind)
+        ORDER BY j.priority, j.run_at, j.id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) c
+),
+limited AS (
+    -- Free slots per locked kind, counted in this statement's snapshot, which is newer than the
+    -- lock of step 1 and so includes every earlier claim of the kind.
+    SELECT k.kind,
+           greatest(k.max_running - (SELECT count(*) FROM pgq.jobs r
+                                     WHERE r.status = 'running' AND r.kind = k.kind), 0) AS free
+    FROM unnest(%(limited_kinds)s::text[], %(limited_max)s::integer[]) AS k(kind, max_running)
+),
+limited_rows AS (
+    SELECT c.id, c.priority, c.run_at
+    FROM limited k
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.run_at
+        FROM pgq.jobs j
+        JOIN wanted_queue w ON w.name = j.queue
+        WHERE j.status = 'queued'
+          AND j.kind = k.kind
+          AND j.run_at <= now()
+        ORDER BY j.priority, j.run_at, j.id
+        LIMIT least(k.free, %(limit)s)
+        FOR UPDATE OF j SKIP LOCKED
+    ) c
+    WHERE k.free > 0
+),
+picked AS (
+    -- Best `limit` of all candidates. Candidates not picked stay locked only until this
+    -- transaction ends, a few milliseconds.
+    SELECT a.id
+    FROM (SELECT * FROM unlimited UNION ALL SELECT * FROM limited_rows) a
+    ORDER BY a.priority, a.run_at, a.id
+    LIMIT %(limit)s
+)
+UPDATE pgq.jobs j
+SET status = 'running',
+    attempts = j.attempts + 1,
+    lease_token = gen_random_uuid(),
+    lease_expires_at = now() + make_interval(secs => %(lease_s)s),
+    claimed_by = %(worker)s,
+    started_at = now()
+FROM picked p
+WHERE j.id = p.id
+RETURNING j.*

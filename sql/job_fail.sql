@@ -1,0 +1,26 @@
+-- job_fail: record failed attempts (a batch). Fenced like job_complete.
+-- A job with attempts left (and not failed as `final`) goes back to queued, due after `retry_in`
+-- seconds, or, when that is NULL, after an exponential backoff with jitter: 2^attempts seconds
+-- (capped at one hour) times a random factor in [0.75, 1.25), never under 1 s. A job that used
+-- its last attempt is terminally failed, which also frees its dedupe key.
+WITH failing AS (
+    SELECT f.id, f.token, f.error, f.retry_in, f.final
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(errors)s::text[],
+                %(retry_in)s::double precision[], %(finals)s::boolean[])
+         AS f(id, token, error, retry_in, final)
+)
+UPDATE pgq.jobs j
+SET status = CASE WHEN f.final OR j.attempts >= j.max_attempts
+                  THEN 'failed' ELSE 'queued' END::pgq.job_status,
+    run_at = CASE WHEN f.final OR j.attempts >= j.max_attempts THEN j.run_at
+                  ELSE now() + make_interval(secs => coalesce(
+                      f.retry_in,
+                      greatest(1.0, least(2.0 ^ j.attempts, 3600.0) * (0.75 + random() * 0.5))))
+             END,
+    last_error = f.error,
+    lease_token = NULL,
+    lease_expires_at = NULL,
+    finished_at = CASE WHEN f.final OR j.attempts >= j.max_attempts THEN now() END
+FROM failing f
+WHERE j.id = f.id AND j.lease_token = f.token AND j.status = 'running'
+RETURNING j.*

@@ -1,0 +1,16 @@
+-- job_purge: delete one bounded batch of jobs that finished more than `older_than_s` seconds ago.
+-- The caller repeats it, each batch its own short transaction, until a batch deletes nothing: no
+-- long-held locks, and vacuum can keep up. SKIP LOCKED keeps it out of other transactions' way.
+-- Processed watermarks survive in pgq.key_watermarks.
+WITH doomed AS (
+    SELECT j.id
+    FROM pgq.jobs j
+    WHERE j.status IN ('succeeded', 'failed', 'cancelled')
+      AND j.finished_at < now() - make_interval(secs => %(older_than_s)s)
+    ORDER BY j.finished_at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM pgq.jobs j
+USING doomed d
+WHERE j.id = d.id

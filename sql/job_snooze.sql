@@ -1,0 +1,12 @@
+-- job_snooze: put running attempts back to queued, due `delay_s` seconds from now, without spending
+-- an attempt (the claim's increment is given back). Used by jobs that poll an external system, and
+-- by a worker handing unfinished jobs back at shutdown (delay 0). Fenced like job_complete.
+UPDATE pgq.jobs j
+SET status = 'queued',
+    run_at = now() + make_interval(secs => s.delay_s),
+    attempts = greatest(j.attempts - 1, 0),
+    lease_token = NULL,
+    lease_expires_at = NULL
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(delays)s::double precision[]) AS s(id, token, delay_s)
+WHERE j.id = s.id AND j.lease_token = s.token AND j.status = 'running'
+RETURNING j.*
