@@ -61,7 +61,7 @@ def _retry_policy(op: _ops.Operation[Any]) -> tenacity.retry_base:
 
 _RETRY_ARGS: dict[str, Any] = {
     "stop": tenacity.stop_after_attempt(4),
-    "wait": tenacity.wait_exponential_jitter(initial=0.1, max=2.0),
+    "wait": tenacity.wait_random_exponential(multiplier=0.1, max=2.0),
     "reraise": True,
 }
 

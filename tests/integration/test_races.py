@@ -1,0 +1,164 @@
+"""Concurrency claims, tested with real concurrency: many connections racing in threads, assertions
+over the whole outcome."""
+
+from __future__ import annotations
+
+import collections
+import random
+import threading
+import time
+
+import psycopg
+import pytest
+
+from pgq import JobSpec, JobStatus, Queue
+
+from .conftest import SQL
+
+
+def _run_threads(n: int, target: object) -> None:
+    errors: list[BaseException] = []
+
+    def wrapped(i: int) -> None:
+        try:
+            target(i)  # type: ignore[operator]
+        except BaseException as exc:  # re-raised in the main thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=wrapped, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a racing thread hung"
+    if errors:
+        raise errors[0]
+
+
+@pytest.mark.slow
+def test_8_claimers_2000_jobs_every_job_claimed_exactly_once(pgq_dsn: str, db: SQL) -> None:
+    with Queue(pgq_dsn) as producer:
+        producer.enqueue_many([JobSpec("k", {"i": i}) for i in range(2000)])
+    claimed: list[list[int]] = [[] for _ in range(8)]
+    barrier = threading.Barrier(8)
+
+    def claimer(i: int) -> None:
+        with Queue(pgq_dsn, max_size=1) as q:
+            barrier.wait()
+            while True:
+                claims = q.claim(worker=f"w{i}", limit=random.randint(1, 25))
+                if not claims:
+                    return
+                claimed[i].extend(c.id for c in claims)
+                q.complete_many([(c, None) for c in claims])
+
+    _run_threads(8, claimer)
+    every = [job_id for ids in claimed for job_id in ids]
+    assert len(every) == 2000 and len(set(every)) == 2000
+    assert sum(1 for ids in claimed if ids) > 1, "no real race: a single claimer took everything"
+    assert db("SELECT status::text, count(*) AS n, max(attempts) AS a FROM pgq.jobs GROUP BY 1") == [
+        {"status": "succeeded", "n": 2000, "a": 1}]
+
+
+@pytest.mark.slow
+def test_concurrency_limit_of_3_never_exceeded_by_16_racing_claimers(pgq_dsn: str) -> None:
+    with Queue(pgq_dsn) as admin:
+        admin.set_concurrency_limit("limited", 3)
+        admin.enqueue_many([JobSpec("limited", {"i": i}) for i in range(150)]
+                           + [JobSpec("free", {"i": i}) for i in range(150)])
+    stop = threading.Event()
+    samples: list[int] = []
+    finished_limited = collections.Counter[str]()
+    lock = threading.Lock()
+
+    def sampler() -> None:
+        with psycopg.connect(pgq_dsn, autocommit=True) as conn:
+            while not stop.is_set():
+                row = conn.execute(
+                    "SELECT count(*) FROM pgq.jobs WHERE kind = 'limited' AND status = 'running'").fetchone()
+                assert row is not None
+                samples.append(row[0])
+
+    sampling = threading.Thread(target=sampler)
+    sampling.start()
+    barrier = threading.Barrier(16)
+
+    def claimer(i: int) -> None:
+        with Queue(pgq_dsn, max_size=1) as q:
+            barrier.wait()
+            idle_since = None
+            while True:
+                claims = q.claim(worker=f"w{i}", limit=4)
+                if not claims:
+                    idle_since = idle_since or time.monotonic()
+                    if time.monotonic() - idle_since > 1.0:
+                        return
+                    continue
+                idle_since = None
+                time.sleep(random.uniform(0, 0.004))  # hold the jobs a moment, as a handler would
+                q.complete_many([(c, None) for c in claims])
+                with lock:
+                    finished_limited.update(c.job.kind for c in claims)
+
+    try:
+        _run_threads(16, claimer)
+    finally:
+        stop.set()
+        sampling.join()
+    assert finished_limited == {"limited": 150, "free": 150}
+    assert max(samples) <= 3, f"limit exceeded: {max(samples)} running"
+    assert max(samples) == 3, "the race never reached the limit: test did not exercise it"
+    assert len(samples) > 50
+
+
+@pytest.mark.slow
+def test_watermark_bumps_racing_with_runs_never_overlap_and_end_processed(pgq_dsn: str, db: SQL) -> None:
+    """Producers raise the watermark of one key while workers run it: never two runs at once, and
+    once quiet, the last successful run processed the highest watermark enqueued."""
+    stop = threading.Event()
+    highest = [0]
+    concurrent_runs = [0]
+    max_concurrent = [0]
+    lock = threading.Lock()
+
+    def producer(i: int) -> None:
+        with Queue(pgq_dsn, max_size=1) as q:
+            for w in range(1, 101):
+                mark = w * 10 + i
+                q.enqueue("build", dedupe_key="doc", watermark=mark)
+                with lock:
+                    highest[0] = max(highest[0], mark)
+
+    def worker(i: int) -> None:
+        with Queue(pgq_dsn, max_size=1) as q:
+            while not stop.is_set():
+                claims = q.claim(worker=f"w{i}")
+                if not claims:
+                    time.sleep(0.001)
+                    continue
+                with lock:
+                    concurrent_runs[0] += 1
+                    max_concurrent[0] = max(max_concurrent[0], concurrent_runs[0])
+                time.sleep(0.002)
+                with lock:
+                    concurrent_runs[0] -= 1
+                q.complete(claims[0])
+
+    workers = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in workers:
+        t.start()
+    try:
+        _run_threads(3, producer)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and db(
+                "SELECT 1 FROM pgq.jobs WHERE status IN ('queued', 'running')"):
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        for t in workers:
+            t.join()
+    assert max_concurrent[0] == 1
+    rows = db("SELECT status::text, done_watermark FROM pgq.jobs WHERE dedupe_key = 'doc' ORDER BY id DESC")
+    assert rows[0]["status"] == JobStatus.SUCCEEDED.value
+    [mark] = db("SELECT done_watermark FROM pgq.key_watermarks WHERE dedupe_key = 'doc'")
+    assert mark["done_watermark"] == highest[0]

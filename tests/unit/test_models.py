@@ -1,0 +1,49 @@
+"""Validation of job specs and helpers (no database)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from pgq import InvalidJob, JobSpec, JobStatus
+from pgq.models import encode_json, positive_seconds
+
+
+def test_jobspec_serializes_payload_once() -> None:
+    spec = JobSpec("k", {"b": [1, 2], "a": "é"})
+    assert spec.payload_json == '{"b":[1,2],"a":"\\u00e9"}'
+    assert JobSpec("k").payload_json == "{}"
+
+
+def test_escaped_backslash_u0000_text_is_not_a_nul() -> None:
+    assert encode_json("p", {"x": "\\u0000"}, {}) == '{"x":"\\\\u0000"}'
+    with pytest.raises(InvalidJob):
+        encode_json("p", {"x": "\x00"}, {})
+
+
+def test_delay_accepts_timedelta_and_seconds() -> None:
+    assert JobSpec("k", delay=dt.timedelta(minutes=1)).delay_s == 60.0
+    assert JobSpec("k", delay=2.5).delay_s == 2.5
+    with pytest.raises(InvalidJob):
+        JobSpec("k", delay="soon")  # type: ignore[arg-type]
+
+
+def test_positive_seconds() -> None:
+    assert positive_seconds("lease", dt.timedelta(seconds=3)) == 3.0
+    for bad in (0, -1, dt.timedelta(0)):
+        with pytest.raises(InvalidJob, match="lease must be positive"):
+            positive_seconds("lease", bad)
+
+
+def test_status_parse_lists_valid_values() -> None:
+    assert JobStatus.parse("failed") is JobStatus.FAILED
+    with pytest.raises(InvalidJob, match="queued, running, succeeded, failed, cancelled"):
+        JobStatus.parse("finished")
+
+
+def test_bool_is_not_an_int_for_priority_or_watermark() -> None:
+    with pytest.raises(InvalidJob):
+        JobSpec("k", priority=True)
+    with pytest.raises(InvalidJob):
+        JobSpec("k", watermark=False)
