@@ -1,0 +1,362 @@
+"""Migrations against a real PostgreSQL: what `pgq.migrate` creates, records, prints and reverts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgq import migrate
+from pgq._sql import schema_file
+from pgq.errors import NotMigrated
+
+# Everything that makes up pgq's schema, by name (never by OID), in a stable order: two databases
+# with equal snapshots have equal schemas.
+SNAPSHOT_QUERIES: dict[str, str] = {
+    "schema": """
+        SELECT n.nspname, obj_description(n.oid, 'pg_namespace')
+        FROM pg_namespace n WHERE n.nspname = 'pgq'
+    """,
+    "relations": """
+        SELECT c.relname, c.relkind, c.relpersistence, obj_description(c.oid, 'pg_class')
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = 'pgq' ORDER BY c.relname
+    """,
+    "columns": """
+        SELECT c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+               a.attidentity, a.attgenerated, pg_get_expr(d.adbin, d.adrelid),
+               col_description(c.oid, a.attnum)
+        FROM pg_attribute a
+        JOIN pg_class c ON c.oid = a.attrelid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+        WHERE n.nspname = 'pgq' AND a.attnum > 0 AND NOT a.attisdropped
+        ORDER BY c.relname, a.attnum
+    """,
+    "indexes": """
+        SELECT i.tablename, i.indexname, i.indexdef
+        FROM pg_indexes i WHERE i.schemaname = 'pgq' ORDER BY i.indexname
+    """,
+    "constraints": """
+        SELECT c.relname, k.conname, k.contype, pg_get_constraintdef(k.oid)
+        FROM pg_constraint k
+        JOIN pg_class c ON c.oid = k.conrelid
+        JOIN pg_namespace n ON n.oid = k.connamespace
+        WHERE n.nspname = 'pgq' ORDER BY c.relname, k.conname
+    """,
+    "sequences": """
+        SELECT s.sequencename, s.data_type::text, s.start_value, s.increment_by, s.cycle
+        FROM pg_sequences s WHERE s.schemaname = 'pgq' ORDER BY s.sequencename
+    """,
+    "functions": """
+        SELECT p.proname, pg_get_function_identity_arguments(p.oid), pg_get_functiondef(p.oid),
+               obj_description(p.oid, 'pg_proc')
+        FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE n.nspname = 'pgq' ORDER BY 1, 2
+    """,
+    "views": """
+        SELECT v.viewname, pg_get_viewdef(format('%I.%I', v.schemaname, v.viewname)::regclass)
+        FROM pg_views v WHERE v.schemaname = 'pgq' ORDER BY v.viewname
+    """,
+    "types": """
+        SELECT t.typname, t.typtype, obj_description(t.oid, 'pg_type'),
+               array(SELECT e.enumlabel FROM pg_enum e WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder)
+        FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+        WHERE n.nspname = 'pgq' ORDER BY t.typname
+    """,
+    "triggers": """
+        SELECT c.relname, t.tgname, pg_get_triggerdef(t.oid)
+        FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = 'pgq' AND NOT t.tgisinternal ORDER BY 1, 2
+    """,
+}
+
+# Objects of every kind in `public`: pgq must create none of them.
+PUBLIC_OBJECTS = """
+    SELECT 'relation ' || c.relname FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace
+    UNION ALL SELECT 'function ' || p.proname FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace
+    UNION ALL SELECT 'type ' || t.typname FROM pg_type t WHERE t.typnamespace = 'public'::regnamespace
+"""
+
+
+def schema_snapshot(dsn: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Catalog dump of schema `pgq` in the database at `dsn` (comments included)."""
+    with psycopg.connect(dsn) as conn:
+        return {name: conn.execute(query).fetchall() for name, query in SNAPSHOT_QUERIES.items()}
+
+
+def query(dsn: str, statement: str) -> list[tuple[Any, ...]]:
+    """Rows of one statement, over a connection of its own."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(statement).fetchall()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Poll `condition` until it holds; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"condition not met within {timeout} s")
+        time.sleep(0.01)
+
+
+def test_upgrade_on_empty_db_creates_everything_in_schema_pgq_and_nothing_in_public(pgq_empty_dsn: str) -> None:
+    assert migrate.current_revision(pgq_empty_dsn) is None
+
+    migrate.upgrade(pgq_empty_dsn)
+
+    snapshot = schema_snapshot(pgq_empty_dsn)
+    relations = {row[0]: row[1] for row in snapshot["relations"]}
+    for table in ("jobs", "key_watermarks", "concurrency_limits", "alembic_version"):
+        assert relations[table] == "r"
+    for view in ("queue_stats", "job_counts", "running_jobs"):
+        assert relations[view] == "v"
+    assert {row[0] for row in snapshot["functions"]} == {"enqueue", "enqueue_many"}
+    assert ("job_status", "e") in {row[:2] for row in snapshot["types"]}
+    assert query(pgq_empty_dsn, PUBLIC_OBJECTS) == []
+    assert migrate.current_revision(pgq_empty_dsn) == migrate.head_revision()
+
+
+def test_upgrade_records_revision_in_pgq_alembic_version_and_leaves_host_app_history_alone(
+    pgq_empty_dsn: str,
+) -> None:
+    with psycopg.connect(pgq_empty_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.alembic_version (version_num varchar(32) PRIMARY KEY)")
+        conn.execute("INSERT INTO public.alembic_version VALUES ('hostapp_42')")
+
+    migrate.upgrade(pgq_empty_dsn)
+
+    assert query(pgq_empty_dsn, "SELECT version_num FROM public.alembic_version") == [("hostapp_42",)]
+    assert query(pgq_empty_dsn, "SELECT version_num FROM pgq.alembic_version") == [(migrate.head_revision(),)]
+    assert migrate.current_revision(pgq_empty_dsn) == migrate.head_revision()
+
+
+def test_upgrade_at_head_changes_nothing(pgq_dsn: str) -> None:
+    before = schema_snapshot(pgq_dsn)
+
+    migrate.upgrade(pgq_dsn)
+
+    assert schema_snapshot(pgq_dsn) == before
+    assert query(pgq_dsn, "SELECT version_num FROM pgq.alembic_version") == [(migrate.head_revision(),)]
+
+
+def test_downgrade_to_base_then_upgrade_rebuilds_identical_schema(pgq_empty_dsn: str) -> None:
+    migrate.upgrade(pgq_empty_dsn)
+    first = schema_snapshot(pgq_empty_dsn)
+
+    migrate.downgrade(pgq_empty_dsn, "base")
+
+    assert migrate.current_revision(pgq_empty_dsn) is None
+    # Only the schema and the (empty) version table stay behind.
+    remaining = schema_snapshot(pgq_empty_dsn)
+    assert [row[0] for row in remaining["relations"]] == ["alembic_version", "alembic_version_pkc"]
+    assert remaining["functions"] == remaining["views"] == []
+    assert {row[0] for row in remaining["types"]} == {"alembic_version", "_alembic_version"}
+
+    migrate.upgrade(pgq_empty_dsn)
+
+    assert schema_snapshot(pgq_empty_dsn) == first
+    assert migrate.current_revision(pgq_empty_dsn) == migrate.head_revision()
+
+
+def test_upgrade_executes_ddl_verbatim(pgq_empty_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Placeholder look-alikes must reach Postgres untouched, online and in the --sql script.
+    tricky = "SELECT '%s %(name)s :name 100% a::b $1'::text"
+    function = f"CREATE FUNCTION pgq.tricky() RETURNS text LANGUAGE sql AS $fn$ {tricky} $fn$;"
+    real_schema_file = schema_file
+
+    def with_tricky_function(name: str) -> str:
+        extra = function if name.endswith(".up.sql") else "DROP FUNCTION pgq.tricky();"
+        return real_schema_file(name) + "\n" + extra + "\n"
+
+    monkeypatch.setattr(migrate, "schema_file", with_tricky_function)
+
+    assert function in migrate.upgrade_sql()
+    migrate.upgrade(pgq_empty_dsn)
+    assert query(pgq_empty_dsn, "SELECT pgq.tricky()") == [("%s %(name)s :name 100% a::b $1",)]
+    migrate.downgrade(pgq_empty_dsn, "base")
+    assert query(pgq_empty_dsn, "SELECT to_regprocedure('pgq.tricky()')") == [(None,)]
+
+
+def test_upgrade_to_0001_creates_its_function_bodies_verbatim(pgq_empty_dsn: str) -> None:
+    migrate.upgrade(pgq_empty_dsn, "0001")
+
+    up_sql = schema_file("0001_initial.up.sql")
+    bodies = query(pgq_empty_dsn, "SELECT p.prosrc FROM pg_proc p WHERE p.pronamespace = 'pgq'::regnamespace")
+    assert len(bodies) == 2
+    for (body,) in bodies:
+        assert f"$fn${body}$fn$" in up_sql
+
+
+def test_upgrade_sql_runs_nothing(pgq_empty_dsn: str) -> None:
+    script = migrate.upgrade_sql(pgq_empty_dsn)
+
+    assert "CREATE TABLE pgq.jobs (" in script
+    assert "CREATE TABLE pgq.alembic_version" in script
+    assert script.index("pg_advisory_xact_lock") < script.index("CREATE SCHEMA IF NOT EXISTS pgq")
+    assert query(pgq_empty_dsn, "SELECT to_regnamespace('pgq')") == [(None,)]
+    assert script == migrate.upgrade_sql(None)
+
+
+def test_upgrade_sql_at_head_is_only_a_comment(pgq_dsn: str) -> None:
+    script = migrate.upgrade_sql(pgq_dsn)
+
+    assert all(line.startswith("--") for line in script.splitlines())
+    assert migrate.head_revision() in script
+
+
+def test_upgrade_sql_script_builds_the_same_schema_as_upgrade(pgq_empty_dsn: str, pgq_dsn: str) -> None:
+    # pgq_dsn was migrated with upgrade(); pgq_empty_dsn gets the script, as a DBA would run it.
+    with psycopg.connect(pgq_empty_dsn, autocommit=True) as conn:
+        conn.execute(migrate.upgrade_sql(pgq_empty_dsn))
+
+    assert schema_snapshot(pgq_empty_dsn) == schema_snapshot(pgq_dsn)
+    assert migrate.current_revision(pgq_empty_dsn) == migrate.head_revision()
+
+
+@pytest.mark.skipif(shutil.which("psql") is None, reason="psql is not on PATH")
+def test_upgrade_sql_script_runs_in_psql(pgq_empty_dsn: str, pgq_dsn: str) -> None:
+    subprocess.run(
+        ["psql", "--no-psqlrc", "-q", "-v", "ON_ERROR_STOP=1", "-d", pgq_empty_dsn, "-f", "-"],
+        input=migrate.upgrade_sql(),
+        text=True,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+    assert schema_snapshot(pgq_empty_dsn) == schema_snapshot(pgq_dsn)
+
+
+def test_every_table_column_view_function_and_type_has_a_comment(pgq_dsn: str) -> None:
+    snapshot = schema_snapshot(pgq_dsn)
+    # alembic creates its version table; pgq owns the rest.
+    owned = [row for row in snapshot["relations"] if row[0] != "alembic_version"]
+    tables = {row[0] for row in owned if row[1] in ("r", "p")}
+    uncommented = [("relation", row[0]) for row in owned if row[1] in ("r", "p", "v", "m") and not row[3]]
+    uncommented += [("column", f"{row[0]}.{row[2]}") for row in snapshot["columns"] if row[0] in tables and not row[8]]
+    uncommented += [("function", row[0]) for row in snapshot["functions"] if not row[3]]
+    uncommented += [("type", row[0]) for row in snapshot["types"] if row[1] == "e" and not row[2]]
+    assert tables == {"jobs", "key_watermarks", "concurrency_limits"}
+    assert uncommented == []
+    assert snapshot["schema"][0][1]
+
+
+def test_concurrent_upgrades_in_threads_both_succeed(pgq_empty_dsn: str) -> None:
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        barrier.wait()
+        try:
+            migrate.upgrade(pgq_empty_dsn)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert errors == []
+    assert query(pgq_empty_dsn, "SELECT version_num FROM pgq.alembic_version") == [(migrate.head_revision(),)]
+    assert query(pgq_empty_dsn, "SELECT count(*) FROM pg_class WHERE relname = 'jobs'") == [(1,)]
+
+
+def test_concurrent_upgrades_in_processes_both_succeed(pgq_empty_dsn: str, pgq_dsn: str) -> None:
+    # Separate processes share no Python lock: only the advisory lock keeps them apart.
+    code = "import sys, pgq.migrate; pgq.migrate.upgrade(sys.argv[1])"
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, pgq_empty_dsn],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(2)
+    ]
+    outputs = [process.communicate(timeout=120) for process in processes]
+
+    assert [process.returncode for process in processes] == [0, 0], outputs
+    assert [out for out, _ in outputs] == ["", ""]  # nothing on stdout
+    assert schema_snapshot(pgq_empty_dsn) == schema_snapshot(pgq_dsn)
+    assert query(pgq_empty_dsn, "SELECT version_num FROM pgq.alembic_version") == [(migrate.head_revision(),)]
+
+
+def test_upgrade_waits_for_the_migration_lock(pgq_empty_dsn: str) -> None:
+    done = threading.Event()
+
+    def run() -> None:
+        migrate.upgrade(pgq_empty_dsn)
+        done.set()
+
+    with psycopg.connect(pgq_empty_dsn) as holder:
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (migrate.MIGRATION_LOCK_KEY,))
+        thread = threading.Thread(target=run)
+        thread.start()
+
+        # The upgrade's backend queues behind our lock and creates nothing meanwhile.
+        waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        wait_until(lambda: query(pgq_empty_dsn, waiting) == [(1,)])
+        assert not done.is_set()
+        assert query(pgq_empty_dsn, "SELECT to_regnamespace('pgq')") == [(None,)]
+
+        holder.rollback()  # releases the lock
+        thread.join(timeout=60)
+
+    assert done.is_set()
+    assert migrate.current_revision(pgq_empty_dsn) == migrate.head_revision()
+
+
+def test_failed_upgrade_rolls_back_everything(pgq_empty_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_schema_file = schema_file
+    monkeypatch.setattr(migrate, "schema_file", lambda name: real_schema_file(name) + "\nSELECT 1/0;\n")
+
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        migrate.upgrade(pgq_empty_dsn)
+
+    assert query(pgq_empty_dsn, "SELECT to_regnamespace('pgq')") == [(None,)]
+
+
+def test_ensure_migrated_raises_not_migrated_on_empty_db(pgq_empty_dsn: str) -> None:
+    with psycopg.connect(pgq_empty_dsn) as conn:
+        with pytest.raises(NotMigrated, match="missing"):
+            migrate.ensure_migrated(conn)
+        # The caller's connection is left as it was found: usable, no transaction open.
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_ensure_migrated_raises_not_migrated_after_downgrade(pgq_dsn: str) -> None:
+    migrate.downgrade(pgq_dsn, "base")
+
+    with psycopg.connect(pgq_dsn) as conn, pytest.raises(NotMigrated):
+        migrate.ensure_migrated(conn)
+
+
+def test_ensure_migrated_raises_not_migrated_on_unknown_revision(pgq_dsn: str) -> None:
+    with psycopg.connect(pgq_dsn) as conn:
+        conn.execute("UPDATE pgq.alembic_version SET version_num = '9999'")
+        conn.commit()
+        with pytest.raises(NotMigrated, match="9999"):
+            migrate.ensure_migrated(conn)
+
+
+def test_ensure_migrated_passes_at_head_inside_an_open_transaction(pgq_dsn: str) -> None:
+    with psycopg.connect(pgq_dsn) as conn:
+        conn.execute("SELECT 1")
+        migrate.ensure_migrated(conn)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+    with psycopg.connect(pgq_dsn, autocommit=True) as conn:
+        migrate.ensure_migrated(conn)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
