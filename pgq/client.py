@@ -51,15 +51,10 @@ def _lease_s(claim: Claim, lease: dt.timedelta | float | None) -> float:
     return positive_seconds("lease", claim.lease if lease is None else lease)
 
 
-def _retry_policy(op: _ops.Operation[Any]) -> tenacity.retry_base:
-    # A connection error after a statement reached the server leaves its outcome unknown: only
-    # operations whose re-run is harmless are retried; the others raise at once.
-    return tenacity.retry_if_exception(
-        lambda exc: op.retry_safe and isinstance(exc, psycopg.OperationalError)
-    )
-
-
+# Only operations marked retry_safe get here, after a first connection error: a connection error
+# after a statement reached the server leaves its outcome unknown, so the others raise at once.
 _RETRY_ARGS: dict[str, Any] = {
+    "retry": tenacity.retry_if_exception_type(psycopg.OperationalError),
     "stop": tenacity.stop_after_attempt(4),
     "wait": tenacity.wait_random_exponential(multiplier=0.1, max=2.0),
     "reraise": True,
@@ -120,7 +115,13 @@ class Queue(_QueueBase):
     def _run(self, op: _ops.Operation[T], conn: psycopg.Connection[Any] | None = None) -> T:
         if conn is not None:
             return _ops.run_sync(conn, op, own_transaction=True)
-        for attempt in tenacity.Retrying(retry=_retry_policy(op), **_RETRY_ARGS):
+        try:  # the happy path pays for no retry machinery
+            with self._pool.connection() as c:
+                return _ops.run_sync(c, op, own_transaction=True)
+        except psycopg.OperationalError:
+            if not op.retry_safe:
+                raise
+        for attempt in tenacity.Retrying(**_RETRY_ARGS):
             with attempt, self._pool.connection() as c:
                 return _ops.run_sync(c, op, own_transaction=True)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -340,7 +341,13 @@ class AsyncQueue(_QueueBase):
     async def _run(self, op: _ops.Operation[T], conn: psycopg.AsyncConnection[Any] | None = None) -> T:
         if conn is not None:
             return await _ops.run_async(conn, op, own_transaction=True)
-        async for attempt in tenacity.AsyncRetrying(retry=_retry_policy(op), **_RETRY_ARGS):
+        try:  # the happy path pays for no retry machinery
+            async with self._pool.connection() as c:
+                return await _ops.run_async(c, op, own_transaction=True)
+        except psycopg.OperationalError:
+            if not op.retry_safe:
+                raise
+        async for attempt in tenacity.AsyncRetrying(**_RETRY_ARGS):
             with attempt:
                 async with self._pool.connection() as c:
                     return await _ops.run_async(c, op, own_transaction=True)
