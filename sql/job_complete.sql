@@ -7,8 +7,8 @@
 -- series of attempts. Otherwise it succeeds, and the key's processed watermark advances.
 WITH done AS (
     SELECT d.id, d.token, d.result, d.watermark
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::text[]::jsonb[],
-                %(watermarks)s::bigint[]) AS d(id, token, result, watermark)
+    FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(results)b::text[]::jsonb[],
+                %(watermarks)b::bigint[]) AS d(id, token, result, watermark)
 ),
 finished AS (
     UPDATE pgq.jobs j

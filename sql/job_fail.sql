@@ -5,8 +5,8 @@
 -- its last attempt is terminally failed, which also frees its dedupe key.
 WITH failing AS (
     SELECT f.id, f.token, f.error, f.retry_in, f.final
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(errors)s::text[],
-                %(retry_in)s::double precision[], %(finals)s::boolean[])
+    FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(errors)b::text[],
+                %(retry_in)b::double precision[], %(finals)b::boolean[])
          AS f(id, token, error, retry_in, final)
 )
 UPDATE pgq.jobs j

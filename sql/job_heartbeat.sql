@@ -3,7 +3,7 @@
 -- token are renewed; the caller treats ids missing from the result as lost leases.
 UPDATE pgq.jobs j
 SET lease_expires_at = now() + make_interval(secs => h.lease_s)
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(lease_s)s::double precision[])
+FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(lease_s)b::double precision[])
      AS h(id, token, lease_s)
 WHERE j.id = h.id AND j.lease_token = h.token AND j.status = 'running'
 RETURNING j.id, j.lease_expires_at

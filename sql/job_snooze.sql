@@ -7,6 +7,6 @@ SET status = 'queued',
     attempts = greatest(j.attempts - 1, 0),
     lease_token = NULL,
     lease_expires_at = NULL
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(delays)s::double precision[]) AS s(id, token, delay_s)
+FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(delays)b::double precision[]) AS s(id, token, delay_s)
 WHERE j.id = s.id AND j.lease_token = s.token AND j.status = 'running'
 RETURNING j.*

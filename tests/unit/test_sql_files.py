@@ -19,7 +19,7 @@ def test_there_are_operation_files() -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_operation_file_uses_named_parameters_only(name: str) -> None:
     text = _sql.query(name)
-    without_params = re.sub(r"%\(\w+\)s", "", text).replace("%%", "")
+    without_params = re.sub(r"%\(\w+\)[sb]", "", text).replace("%%", "")
     assert "%" not in without_params, f"{name}.sql: a bare % is a psycopg placeholder; write %% for a literal"
     assert "$1" not in text, f"{name}.sql: use named parameters"
     assert text.lstrip().startswith("--"), f"{name}.sql: start with a comment saying what and why"
