@@ -21,7 +21,9 @@ wanted_queue AS (
 ),
 unlimited AS (
     -- Per queue, an ordered scan of jobs_claim_idx that stops after `limit` rows; rows locked by
-    -- other claimers are skipped, not waited for.
+    -- other claimers are skipped, not waited for. Limited kinds are excluded by a per-row check;
+    -- OFFSET 0 keeps the planner from turning it into an anti-join, which would read and sort every
+    -- queued row of the queue instead of stopping after `limit`.
     SELECT c.id, c.priority, c.run_at
     FROM wanted_queue w
     CROSS JOIN LATERAL (
@@ -31,7 +33,7 @@ unlimited AS (
           AND j.queue = w.name
           AND j.run_at <= now()
           AND (%(kinds)s::text[] IS NULL OR j.kind = ANY(%(kinds)s::text[]))
-          AND NOT EXISTS (SELECT 1 FROM pgq.concurrency_limits l WHERE l.kind = j.kind)
+          AND NOT EXISTS (SELECT 1 FROM pgq.concurrency_limits l WHERE l.kind = j.kind OFFSET 0)
         ORDER BY j.priority, j.run_at, j.id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -46,18 +48,26 @@ limited AS (
     FROM unnest(%(limited_kinds)s::text[], %(limited_max)s::integer[]) AS k(kind, max_running)
 ),
 limited_rows AS (
+    -- For each locked kind, the best `free` ready jobs across the wanted queues, each queue read
+    -- through jobs_claim_idx in order.
     SELECT c.id, c.priority, c.run_at
     FROM limited k
     CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at
-        FROM pgq.jobs j
-        JOIN wanted_queue w ON w.name = j.queue
-        WHERE j.status = 'queued'
-          AND j.kind = k.kind
-          AND j.run_at <= now()
-        ORDER BY j.priority, j.run_at, j.id
+        SELECT x.id, x.priority, x.run_at
+        FROM wanted_queue w
+        CROSS JOIN LATERAL (
+            SELECT j.id, j.priority, j.run_at
+            FROM pgq.jobs j
+            WHERE j.status = 'queued'
+              AND j.queue = w.name
+              AND j.kind = k.kind
+              AND j.run_at <= now()
+            ORDER BY j.priority, j.run_at, j.id
+            LIMIT least(k.free, %(limit)s)
+            FOR UPDATE SKIP LOCKED
+        ) x
+        ORDER BY x.priority, x.run_at, x.id
         LIMIT least(k.free, %(limit)s)
-        FOR UPDATE OF j SKIP LOCKED
     ) c
     WHERE k.free > 0
 ),
