@@ -101,12 +101,19 @@ def test_every_table_view_and_column_is_commented(db: SQL) -> None:
     assert missing == []
 
 
-def test_claim_query_uses_the_partial_index(pgq_queue: Queue, db: SQL) -> None:
-    pgq_queue.enqueue_many([JobSpec("k") for _ in range(2000)])
-    claims = pgq_queue.claim(worker="w", limit=1000)
-    pgq_queue.complete_many([(c, None) for c in claims])
-    db("ANALYZE pgq.jobs")
-    plan = db("EXPLAIN SELECT id FROM pgq.jobs WHERE status = 'queued' AND queue = 'default' "
-              "AND run_at <= now() ORDER BY priority, run_at, id LIMIT 10")
-    assert "jobs_claim_idx" in " ".join(r["QUERY PLAN"] for r in plan)
+def test_claim_statement_reads_the_claim_index_not_the_table(pgq_queue: Queue, pgq_dsn: str, db: SQL) -> None:
+    """The real job_claim statement, planned with a backlog: it must stop after `limit` rows of
+    jobs_claim_idx instead of reading (and sorting) every queued job."""
+    from pgq import _sql
+
+    pgq_queue.enqueue_many([JobSpec("k", queue="q") for _ in range(5000)])
+    pgq_queue.complete_many([(c, None) for c in pgq_queue.claim(worker="w", queues=["q"], limit=1000)])
+    db("VACUUM ANALYZE pgq.jobs")
+    params = {"queues": ["q"], "kinds": None, "limit": 16, "lease_s": 60.0, "worker": "w",
+              "limited_kinds": [], "limited_max": []}
+    with psycopg.connect(pgq_dsn) as conn:
+        rows = conn.execute(b"EXPLAIN " + _sql.query("job_claim").encode(), params).fetchall()
+    plan = "\n".join(r[0] for r in rows)
+    assert "Index Scan using jobs_claim_idx on jobs" in plan, plan
+    assert "Seq Scan on jobs" not in plan, plan
     assert JobStatus.QUEUED.value == "queued"
