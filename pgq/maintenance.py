@@ -1,0 +1,269 @@
+"""Maintenance that workers run for the whole queue: rescue, periodic enqueue, retention.
+
+Every worker runs the loop (`Maintenance.run`), but each run of a step is done by one worker only:
+the step's transaction starts with `pg_try_advisory_xact_lock(<the step's key>)`, and whoever does not
+get it skips that run. No session lock is ever held, so this works through PgBouncer in transaction
+mode, and a worker that dies mid-run releases the lock with its transaction.
+
+Each step is a class with `run_once()`, which does one run and returns a `StepResult` (whether this
+run was the leader, and counts); the loop around them only decides when to call them. Tests call
+`run_once()` directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+import psycopg
+
+from . import _ops
+from .app import Periodic
+from .client import AsyncQueue
+from .errors import NotMigrated
+from .models import JobSpec
+
+__all__ = [
+    "PERIODIC_LOCK_KEY",
+    "RESCUE_LOCK_KEY",
+    "RETENTION_LOCK_KEY",
+    "Maintenance",
+    "PeriodicEnqueuer",
+    "Rescuer",
+    "Retention",
+    "StepResult",
+]
+
+logger = logging.getLogger("pgq.maintenance")
+
+# Keys of the transaction-level advisory locks that elect each step's leader: the bytes of
+# "pgq:resc", "pgq:peri" and "pgq:retn". Advisory locks are per database.
+RESCUE_LOCK_KEY: Final = 0x7067_713A_7265_7363
+PERIODIC_LOCK_KEY: Final = 0x7067_713A_7065_7269
+RETENTION_LOCK_KEY: Final = 0x7067_713A_7265_746E
+
+MAX_TICKS_PER_RUN = 1000
+"""At most this many ticks of one schedule are enqueued per run (the latest ones)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """One run of a maintenance step: `leader` is False when another worker held the step's lock
+    (nothing was done); `counts` says what was done (keys depend on the step)."""
+
+    leader: bool
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+class Rescuer:
+    """Rescues attempts whose lease expired (their worker died or hung): jobs with attempts left are
+    queued again at once (their workers notified), the others failed. See `job_rescue.sql`."""
+
+    def __init__(self, queue: AsyncQueue, *, batch: int = _ops.RESCUE_BATCH) -> None:
+        self._queue = queue
+        self._batch = batch
+
+    async def run_once(self) -> StepResult:
+        """Rescue every expired attempt, `batch` per transaction, if this worker gets the lock.
+
+        Counts: `requeued`, `failed`. Raises psycopg.OperationalError when the database is unreachable
+        (a batch that committed before stays done).
+        """
+        requeued = failed = 0
+        while True:
+            run = await self._queue._run(_ops.rescue_as_leader(RESCUE_LOCK_KEY, self._batch))
+            if run.value is None:
+                if requeued or failed:  # lost the lock between batches: someone else goes on
+                    break
+                return StepResult(False)
+            for job_id, status in run.value:
+                if status == "failed":
+                    failed += 1
+                else:
+                    requeued += 1
+                logger.warning("job %d: lease expired, rescued (%s)", job_id, status,
+                               extra={"event": "job_rescue", "job_id": job_id, "status": status})
+            if len(run.value) < self._batch:
+                break
+        return StepResult(True, {"requeued": requeued, "failed": failed})
+
+
+class Retention:
+    """Deletes jobs that finished (succeeded, failed, cancelled) more than `older_than` seconds ago,
+    in batches of `batch`, each its own short transaction holding the retention lock."""
+
+    def __init__(self, queue: AsyncQueue, older_than: float, *, batch: int = _ops.PURGE_BATCH) -> None:
+        if not older_than > 0:
+            raise ValueError(f"retention must be positive, got {older_than!r}")
+        self._queue = queue
+        self._older_than = older_than
+        self._batch = batch
+
+    async def run_once(self) -> StepResult:
+        """Delete batches until one comes back short, if this worker gets the lock. Counts: `deleted`."""
+        deleted = 0
+        while True:
+            run = await self._queue._run(_ops.purge_as_leader(RETENTION_LOCK_KEY, self._older_than, self._batch))
+            if run.value is None:
+                return StepResult(deleted > 0, {"deleted": deleted})
+            deleted += run.value
+            if run.value < self._batch:
+                if deleted:
+                    logger.info("retention: deleted %d finished jobs", deleted,
+                                extra={"event": "job_purge", "count": deleted})
+                return StepResult(True, {"deleted": deleted})
+
+
+class PeriodicEnqueuer:
+    """Enqueues the due ticks of the app's periodic tasks, each exactly once across all workers.
+
+    A run's leader computes, from the database clock, the ticks due per schedule: those after the
+    last run this process saw (bounded by the schedule's catch-up window), or on this process's first
+    run only the latest tick of the catch-up window. `periodic_enqueue.sql` enqueues those that have
+    no job yet (in any status). Non-leaders do nothing and look again at the next tick or within
+    `retry_after` seconds.
+    """
+
+    def __init__(self, queue: AsyncQueue, periodic: Sequence[Periodic], *, retry_after: float = 1.0) -> None:
+        self._queue = queue
+        self._periodic = tuple(periodic)
+        self._retry_after = retry_after
+        self._seen: dict[str, dt.datetime] = {}  # schedule name -> database time of the last leader run
+        self._db_now: dt.datetime | None = None
+        self._mono_at_db_now = 0.0
+
+    def _plan(self, now: dt.datetime) -> list[JobSpec]:
+        specs: list[JobSpec] = []
+        for p in self._periodic:
+            earliest = now - dt.timedelta(seconds=p.catch_up)
+            seen = self._seen.get(p.name)
+            if seen is None:
+                latest = p.schedule.latest(earliest, now)
+                ticks = [] if latest is None else [latest]
+            else:
+                ticks = list(p.schedule.ticks(max(seen, earliest), now))[-MAX_TICKS_PER_RUN:]
+            specs.extend(p.spec(tick) for tick in ticks)
+        return specs
+
+    async def run_once(self) -> StepResult:
+        """Enqueue the due ticks if this worker gets the lock. Counts: `enqueued` (jobs created) and
+        `due` (ticks considered, existing ones included)."""
+        if not self._periodic:
+            return StepResult(True, {"enqueued": 0, "due": 0})
+        planned: list[JobSpec] = []
+
+        def plan(now: dt.datetime) -> list[JobSpec]:
+            planned[:] = self._plan(now)
+            return planned
+
+        started = time.monotonic()
+        run = await self._queue._run(_ops.periodic_enqueue_as_leader(PERIODIC_LOCK_KEY, plan))
+        self._db_now, self._mono_at_db_now = run.now, started
+        if run.value is None:
+            return StepResult(False)
+        for p in self._periodic:
+            self._seen[p.name] = run.now
+        for job_id, key in run.value:
+            logger.info("periodic: enqueued job %d (%s)", job_id, key,
+                        extra={"event": "periodic_enqueue", "job_id": job_id, "dedupe_key": key})
+        return StepResult(True, {"enqueued": len(run.value), "due": len(planned)})
+
+    def next_run_in(self, leader: bool, cap: float) -> float:
+        """Seconds until the next run should happen: just after the earliest next tick of any schedule
+        (estimated on the database clock seen by the last run), within `cap`; within `retry_after`
+        after a run that was not the leader."""
+        if not self._periodic or self._db_now is None:
+            return cap
+        elapsed = time.monotonic() - self._mono_at_db_now
+        now = self._db_now + dt.timedelta(seconds=elapsed)
+        horizon = dt.timedelta(seconds=cap)
+        wait = cap
+        for p in self._periodic:
+            tick = p.schedule.next_after(now, horizon)
+            if tick is not None:
+                wait = min(wait, (tick - now).total_seconds())
+        if not leader:
+            wait = min(wait, self._retry_after * (0.5 + random.random()))
+        # A few milliseconds late rather than early: the run must see the tick as due.
+        return max(wait, 0.0) + 0.005
+
+
+class Maintenance:
+    """Runs the three steps forever at their intervals (until cancelled). Owned by a Worker.
+
+    `rescue_interval`: seconds between rescue runs (a worker passes half its lease). `retention`:
+    seconds after which finished jobs are deleted (None: never), checked every `retention_interval`.
+    Periodic runs follow the ticks. A failing step (database down) is logged and retried with
+    backoff; it never ends the loop, except NotMigrated, which is raised.
+    """
+
+    def __init__(
+        self,
+        queue: AsyncQueue,
+        periodic: Sequence[Periodic],
+        *,
+        rescue_interval: float,
+        retention: float | None,
+        retention_interval: float,
+        periodic_cap: float = 30.0,
+    ) -> None:
+        self.rescuer = Rescuer(queue)
+        self.periodic = PeriodicEnqueuer(queue, periodic)
+        self.retention = None if retention is None else Retention(queue, retention)
+        self._rescue_interval = rescue_interval
+        self._retention_interval = retention_interval
+        self._periodic_cap = periodic_cap
+        self._has_periodic = bool(periodic)
+
+    async def run(self) -> None:
+        """Run the steps at their times until cancelled."""
+        now = time.monotonic()
+        # Spread the workers' first runs a little, then keep each step on its own clock.
+        due = {
+            "rescue": now + random.random() * min(self._rescue_interval, 1.0),
+            "periodic": now if self._has_periodic else float("inf"),
+            "retention": now + random.random() * min(self._retention_interval, 10.0)
+            if self.retention is not None else float("inf"),
+        }
+        failures = 0
+        while True:
+            step = min(due, key=due.__getitem__)
+            delay = due[step] - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            try:
+                due[step] = time.monotonic() + await self._run_step(step)
+                failures = 0
+            except NotMigrated:
+                raise
+            except (psycopg.OperationalError, psycopg.errors.QueryCanceled) as exc:
+                failures += 1
+                backoff = min(0.2 * 2**failures, 10.0) * (0.5 + random.random())
+                logger.warning("maintenance step %s failed (%s); retrying in %.1f s", step,
+                               " ".join(str(exc).split()) or type(exc).__name__, backoff,
+                               extra={"event": "maintenance_error", "step": step})
+                due[step] = time.monotonic() + backoff
+            except Exception:
+                failures += 1
+                logger.exception("maintenance step %s failed", step,
+                                 extra={"event": "maintenance_error", "step": step})
+                due[step] = time.monotonic() + min(0.2 * 2**failures, 10.0)
+
+    async def _run_step(self, step: str) -> float:
+        # Runs `step` once; returns the seconds until its next run.
+        jitter = 0.9 + random.random() * 0.2
+        if step == "rescue":
+            await self.rescuer.run_once()
+            return self._rescue_interval * jitter
+        if step == "periodic":
+            result = await self.periodic.run_once()
+            return self.periodic.next_run_in(result.leader, self._periodic_cap)
+        assert self.retention is not None
+        await self.retention.run_once()
+        return self._retention_interval * jitter

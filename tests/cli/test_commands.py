@@ -1,0 +1,454 @@
+"""The `pgq` command line against a real PostgreSQL: each command's output, exit status and errors."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import psycopg
+import pytest
+
+import pgq.cli
+from pgq import JobStatus, Queue, migrate
+from pgq.cli import build_parser
+from pgq.models import MAX_PAYLOAD_BYTES
+
+from .conftest import CLI, SQL, run_subprocess, table
+
+# ---------------------------------------------------------------------------------------------
+# migrate
+
+
+def test_migrate_upgrades_empty_database_then_does_nothing(cli: CLI, pgq_empty_dsn: str) -> None:
+    head = migrate.head_revision()
+    first = cli("migrate", "--dsn", pgq_empty_dsn)
+    assert first.code == 0, first.err
+    assert f"from revision base (no pgq schema) to {head}" in first.out
+    assert f"is at revision {head} (head)" in first.out
+    assert migrate.current_revision(pgq_empty_dsn) == head
+
+    second = cli("migrate", "--dsn", pgq_empty_dsn)
+    assert second.code == 0, second.err
+    assert f"already at revision {head} (head): nothing to do" in second.out
+
+
+def test_migrate_reads_dsn_from_environment(cli: CLI, pgq_empty_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PGQ_DSN", pgq_empty_dsn)
+    assert cli("migrate").code == 0
+    assert migrate.current_revision(pgq_empty_dsn) == migrate.head_revision()
+
+
+def test_migrate_sql_on_empty_database_prints_schema_and_runs_nothing(cli: CLI, pgq_empty_dsn: str) -> None:
+    result = cli("migrate", "--sql", "--dsn", pgq_empty_dsn)
+    assert result.code == 0, result.err
+    assert "CREATE TABLE pgq.jobs" in result.out
+    with psycopg.connect(pgq_empty_dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'pgq'").fetchone()
+    assert row == (0,)
+
+
+def test_migrate_sql_without_dsn_prints_whole_schema(cli: CLI) -> None:
+    result = cli("migrate", "--sql")
+    assert result.code == 0, result.err
+    assert "CREATE TABLE pgq.jobs" in result.out
+
+
+def test_migrate_sql_on_migrated_database_says_nothing_to_do(cli: CLI, pgq_dsn: str) -> None:
+    result = cli("migrate", "--sql", "--dsn", pgq_dsn)
+    assert result.code == 0
+    assert "nothing to do" in result.out and "CREATE TABLE" not in result.out
+
+
+# ---------------------------------------------------------------------------------------------
+# enqueue, jobs show / list
+
+
+def test_enqueue_prints_id_and_jobs_show_prints_every_field(cli: CLI, pgq_dsn: str, pgq_queue: Queue) -> None:
+    result = cli("enqueue", "email.send", "--dsn", pgq_dsn, "--payload", '{"to": "a@example.com", "n": [1, 2]}',
+                 "--queue", "mail", "--priority", "-3", "--max-attempts", "4")
+    assert result.code == 0, result.err
+    job_id = int(result.out)
+    job = pgq_queue.get(job_id)
+    assert job is not None
+    assert (job.kind, job.queue, job.payload, job.priority, job.max_attempts) == (
+        "email.send", "mail", {"to": "a@example.com", "n": [1, 2]}, -3, 4)
+
+    shown = cli("jobs", "show", str(job_id), "--dsn", pgq_dsn)
+    assert shown.code == 0, shown.err
+    fields = {line.split(":", 1)[0] for line in shown.out.splitlines() if not line.startswith(" ")}
+    assert fields >= {"id", "queue", "kind", "payload", "priority", "status", "run_at", "attempts",
+                      "max_attempts", "dedupe_key", "lease_token", "last_error", "result", "created_at",
+                      "finished_at"}
+    assert '    "to": "a@example.com"' in shown.out  # pretty JSON, indented under "payload:"
+    assert "attempts:         0 of 4" in shown.out
+
+    as_json = cli("jobs", "show", str(job_id), "--dsn", pgq_dsn, "--json")
+    loaded = json.loads(as_json.out)
+    assert loaded["payload"] == {"to": "a@example.com", "n": [1, 2]} and loaded["status"] == "queued"
+
+
+def test_enqueue_without_payload_stores_empty_object(cli: CLI, pgq_dsn: str, pgq_queue: Queue) -> None:
+    job = pgq_queue.get(int(cli("enqueue", "noop", "--dsn", pgq_dsn).out))
+    assert job is not None and job.payload == {} and job.queue == "default"
+
+
+def test_enqueue_with_delay_schedules_the_job(cli: CLI, pgq_dsn: str, db: SQL) -> None:
+    job_id = int(cli("enqueue", "later", "--dsn", pgq_dsn, "--delay", "3600").out)
+    [row] = db("SELECT run_at > now() + interval '59 minutes' AS later FROM pgq.jobs WHERE id = %s", [job_id])
+    assert row["later"]
+
+
+def test_enqueue_same_dedupe_key_twice_prints_same_id(cli: CLI, pgq_dsn: str, db: SQL) -> None:
+    first = cli("enqueue", "sync", "--dsn", pgq_dsn, "--dedupe-key", "user-1", "--watermark", "5")
+    second = cli("enqueue", "sync", "--dsn", pgq_dsn, "--dedupe-key", "user-1", "--watermark", "7")
+    assert first.code == second.code == 0
+    assert first.out == second.out
+    assert db("SELECT count(*) AS n, max(input_watermark) AS w FROM pgq.jobs") == [{"n": 1, "w": 7}]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    ["{not json", "", "{'single': 'quotes'}", "NaN", '{"x": Infinity}', '{"a": 1} trailing'],
+)
+def test_enqueue_bad_json_exits_2_with_one_line_and_writes_nothing(cli: CLI, pgq_dsn: str, db: SQL,
+                                                                  payload: str) -> None:
+    result = cli("enqueue", "k", "--dsn", pgq_dsn, "--payload", payload)
+    assert result.code == 2
+    assert len(result.err_lines) == 1 and result.err.startswith("pgq: error: --payload is not valid JSON")
+    assert result.out == ""
+    assert db("SELECT count(*) AS n FROM pgq.jobs") == [{"n": 0}]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--priority", "40000"], "priority must be in"),
+        (["--priority", "x"], "priority must be an integer"),
+        (["--delay", "-1"], "delay must be a finite number of seconds >= 0"),
+        (["--max-attempts", "0"], "max attempts must be in"),
+        (["--watermark", "3"], "--watermark needs --dedupe-key"),
+        (["--payload", '"\\u0000"'], "NUL"),
+    ],
+)
+def test_enqueue_rejects_bad_arguments_with_exit_2(cli: CLI, pgq_dsn: str, db: SQL, args: list[str],
+                                                   message: str) -> None:
+    result = cli("enqueue", "k", "--dsn", pgq_dsn, *args)
+    assert result.code == 2
+    assert message in result.err and "Traceback" not in result.err
+    assert db("SELECT count(*) AS n FROM pgq.jobs") == [{"n": 0}]
+
+
+def test_enqueue_payload_over_the_size_limit_writes_nothing(cli: CLI, pgq_dsn: str, db: SQL) -> None:
+    payload = json.dumps({"blob": "x" * (MAX_PAYLOAD_BYTES + 1)})
+    result = cli("enqueue", "k", "--dsn", pgq_dsn, "--payload", payload)
+    assert result.code == 2 and len(result.err_lines) == 1 and f"the limit is {MAX_PAYLOAD_BYTES}" in result.err
+    assert db("SELECT count(*) AS n FROM pgq.jobs") == [{"n": 0}]
+
+
+def test_enqueue_empty_kind_is_rejected(cli: CLI, pgq_dsn: str) -> None:
+    result = cli("enqueue", "", "--dsn", pgq_dsn)
+    assert result.code == 2 and result.err_lines == ["pgq: error: kind must not be empty"]
+
+
+def test_jobs_list_filters_by_status_queue_kind_and_limit(cli: CLI, pgq_dsn: str, pgq_queue: Queue) -> None:
+    a = pgq_queue.enqueue("alpha", queue="q1")
+    b = pgq_queue.enqueue("beta", queue="q1")
+    c = pgq_queue.enqueue("alpha", queue="q2")
+    pgq_queue.cancel(b)
+
+    def ids(*args: str) -> list[int]:
+        result = cli("jobs", "list", "--dsn", pgq_dsn, *args)
+        assert result.code == 0, result.err
+        return [int(k) for k in table(result.out)] if result.out != "no jobs match\n" else []
+
+    assert ids() == [c, b, a]  # newest first
+    assert ids("--queue", "q1") == [b, a]
+    assert ids("--kind", "alpha") == [c, a]
+    assert ids("--status", "cancelled") == [b]
+    assert ids("--status", "QUEUED", "--queue", "q1") == [a]
+    assert ids("--limit", "1") == [c]
+    assert ids("--queue", "q2", "--kind", "beta") == []  # the queue exists: no error, just nothing
+
+    listed = table(cli("jobs", "list", "--dsn", pgq_dsn).out)
+    assert listed[str(b)]["STATUS"] == "cancelled" and listed[str(a)]["KIND"] == "alpha"
+    assert listed[str(a)]["ATTEMPTS"] == "0/25"
+
+    as_json = json.loads(cli("jobs", "list", "--dsn", pgq_dsn, "--json", "--queue", "q2").out)
+    assert [j["id"] for j in as_json] == [c] and as_json[0]["status"] == "queued"
+
+
+def test_jobs_list_unknown_queue_says_no_such_queue(cli: CLI, pgq_dsn: str, pgq_queue: Queue) -> None:
+    pgq_queue.enqueue("alpha", queue="real")
+    result = cli("jobs", "list", "--dsn", pgq_dsn, "--queue", "typo")
+    assert result.code == 1
+    assert result.err_lines == ["pgq: error: no such queue: 'typo' holds no jobs"]
+
+
+def test_jobs_list_unknown_status_lists_valid_ones(cli: CLI, pgq_dsn: str) -> None:
+    result = cli("jobs", "list", "--dsn", pgq_dsn, "--status", "done")
+    assert result.code == 2
+    valid = ", ".join(s.value for s in JobStatus)
+    assert f"unknown status 'done' (expected one of: {valid})" in result.err
+
+
+def test_jobs_list_shows_odd_names_on_one_line(cli: CLI, pgq_dsn: str, pgq_queue: Queue) -> None:
+    pgq_queue.enqueue("kind\nwith newline", queue="q'%;")
+    result = cli("jobs", "list", "--dsn", pgq_dsn, "--queue", "q'%;")
+    assert result.code == 0
+    lines = result.out.splitlines()
+    assert len(lines) == 2 and "kind\\nwith newline" in lines[1]
+
+
+def test_jobs_show_unknown_id_is_one_line_error(cli: CLI, pgq_dsn: str) -> None:
+    result = cli("jobs", "show", "424242", "--dsn", pgq_dsn)
+    assert result.code == 1 and result.err_lines == ["pgq: error: job 424242 not found"]
+
+
+@pytest.mark.parametrize("bad_id", ["abc", "0", "-4", str(2**63)])
+def test_jobs_show_rejects_bad_ids(cli: CLI, pgq_dsn: str, bad_id: str) -> None:
+    result = cli("jobs", "show", "--dsn", pgq_dsn, "--", bad_id)
+    assert result.code == 2 and "a job id is a positive integer" in result.err
+
+
+# ---------------------------------------------------------------------------------------------
+# cancel / retry
+
+
+def test_cancel_then_retry_then_cancel_again(cli: CLI, pgq_dsn: str, pgq_queue: Queue) -> None:
+    job_id = pgq_queue.enqueue("k")
+    cancelled = cli("jobs", "cancel", str(job_id), "--dsn", pgq_dsn)
+    assert cancelled.code == 0 and cancelled.out == f"job {job_id} (k) is cancelled\n"
+    assert pgq_queue.get(job_id).status is JobStatus.CANCELLED  # type: ignore[union-attr]
+
+    again = cli("jobs", "cancel", str(job_id), "--dsn", pgq_dsn)
+    assert again.code == 1 and again.err_lines == [f"pgq: error: cannot cancel job {job_id}: it is cancelled"]
+
+    retried = cli("jobs", "retry", str(job_id), "--dsn", pgq_dsn)
+    assert retried.code == 0 and f"job {job_id} (k) is queued again" in retried.out
+    assert pgq_queue.get(job_id).status is JobStatus.QUEUED  # type: ignore[union-attr]
+
+
+def test_retry_of_queued_job_is_invalid_state(cli: CLI, pgq_dsn: str, pgq_queue: Queue) -> None:
+    job_id = pgq_queue.enqueue("k")
+    result = cli("jobs", "retry", str(job_id), "--dsn", pgq_dsn)
+    assert result.code == 1 and result.err_lines == [f"pgq: error: cannot retry job {job_id}: it is queued"]
+
+
+def test_retry_of_failed_job_requeues_it(cli: CLI, pgq_dsn: str, pgq_queue: Queue) -> None:
+    job_id = pgq_queue.enqueue("k", max_attempts=1)
+    [claim] = pgq_queue.claim(worker="test")
+    pgq_queue.fail(claim, "boom")
+    result = cli("jobs", "retry", str(job_id), "--dsn", pgq_dsn)
+    assert result.code == 0, result.err
+    job = pgq_queue.get(job_id)
+    assert job is not None and job.status is JobStatus.QUEUED and job.attempts == 0
+
+
+@pytest.mark.parametrize("action", ["retry", "cancel"])
+def test_retry_and_cancel_of_unknown_job_are_not_found(cli: CLI, pgq_dsn: str, action: str) -> None:
+    result = cli("jobs", action, "999999", "--dsn", pgq_dsn)
+    assert result.code == 1 and result.err_lines == ["pgq: error: job 999999 not found"]
+
+
+# ---------------------------------------------------------------------------------------------
+# status
+
+
+def test_status_table_counts_each_queue(cli: CLI, pgq_dsn: str, pgq_queue: Queue, db: SQL) -> None:
+    assert cli("status", "--dsn", pgq_dsn).out == "no jobs in any queue\n"
+
+    for _ in range(3):
+        pgq_queue.enqueue("k", queue="mail")
+    pgq_queue.enqueue("k", queue="mail", delay=3600)
+    pgq_queue.enqueue("k", queue="reports", max_attempts=1)
+    pgq_queue.enqueue("k", queue="reports")
+    [running] = pgq_queue.claim(worker="w", queues=["mail"])
+    [failing] = pgq_queue.claim(worker="w", queues=["reports"])
+    pgq_queue.fail(failing, "boom")
+    [done] = pgq_queue.claim(worker="w", queues=["reports"])
+    pgq_queue.complete(done)
+    db("UPDATE pgq.jobs SET run_at = now() - interval '2 hours' WHERE queue = 'mail' AND status = 'queued' "
+       "AND run_at <= now()")
+
+    result = cli("status", "--dsn", pgq_dsn)
+    assert result.code == 0, result.err
+    rows = table(result.out)
+    assert rows["mail"] == {"QUEUE": "mail", "READY": "2", "SCHEDULED": "1", "RUNNING": "1", "EXPIRED": "0",
+                            "FAILED": "0", "DONE/MIN": "0", "OLDEST": "2h00m"}
+    assert rows["reports"] == {"QUEUE": "reports", "READY": "0", "SCHEDULED": "0", "RUNNING": "0",
+                               "EXPIRED": "0", "FAILED": "1", "DONE/MIN": "1", "OLDEST": "-"}
+    assert rows["TOTAL"]["READY"] == "2" and rows["TOTAL"]["FAILED"] == "1"
+    # Aligned: in every line, each number column ends where its header ends (right-aligned numbers).
+    lines = result.out.splitlines()
+    for header in ("READY", "SCHEDULED", "RUNNING", "FAILED", "DONE/MIN"):
+        end = lines[0].index(header) + len(header)
+        assert all(line[end - 1] != " " and line[end:end + 2] == "  " for line in lines), header
+
+    as_json = {r["queue"]: r for r in json.loads(cli("status", "--dsn", pgq_dsn, "--json").out)}
+    assert as_json["mail"]["ready"] == 2 and as_json["mail"]["oldest_ready_age"] >= 7200
+    assert as_json["reports"]["succeeded_last_minute"] == 1 and as_json["reports"]["oldest_ready_age"] is None
+    assert running.job.queue == "mail"
+
+
+# ---------------------------------------------------------------------------------------------
+# purge
+
+
+def _finished_jobs(pgq_queue: Queue, db: SQL, ages: dict[str, str]) -> dict[str, int]:
+    """One succeeded job per entry, its finished_at moved `age` (an SQL interval) into the past."""
+    ids: dict[str, int] = {}
+    for name, age in ages.items():
+        ids[name] = pgq_queue.enqueue("k", {"name": name})
+        [claim] = pgq_queue.claim(worker="w")
+        pgq_queue.complete(claim)
+        db("UPDATE pgq.jobs SET finished_at = now() - %s::interval WHERE id = %s", [age, ids[name]])
+    return ids
+
+
+def test_purge_deletes_only_jobs_finished_before_the_duration(cli: CLI, pgq_dsn: str, pgq_queue: Queue,
+                                                              db: SQL) -> None:
+    ids = _finished_jobs(pgq_queue, db, {"old": "8 days", "hours": "13 hours", "recent": "10 minutes"})
+    active = pgq_queue.enqueue("still-queued")
+
+    result = cli("purge", "--older-than", "7d", "--dsn", pgq_dsn)
+    assert result.code == 0 and result.out == "deleted 1 job(s) that finished more than 7d ago\n"
+    assert pgq_queue.get(ids["old"]) is None and pgq_queue.get(ids["hours"]) is not None
+
+    assert cli("purge", "--older-than", "12h", "--dsn", pgq_dsn).out.startswith("deleted 1 job(s)")
+    assert cli("purge", "--older-than", "30m", "--dsn", pgq_dsn).out.startswith("deleted 0 job(s)")
+    assert cli("purge", "--older-than", "300", "--dsn", pgq_dsn).out.startswith("deleted 1 job(s)")
+    assert pgq_queue.get(active) is not None
+
+
+def test_purge_zero_deletes_every_finished_job(cli: CLI, pgq_dsn: str, pgq_queue: Queue, db: SQL) -> None:
+    _finished_jobs(pgq_queue, db, {"a": "1 second", "b": "2 seconds"})
+    result = cli("purge", "--older-than", "0", "--dsn", pgq_dsn)
+    assert result.code == 0 and result.out.startswith("deleted 2 job(s)")
+
+
+def test_purge_reports_progress_on_stderr_for_long_runs(cli: CLI, pgq_dsn: str, pgq_queue: Queue, db: SQL,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    _finished_jobs(pgq_queue, db, {"a": "1 day"})
+    monkeypatch.setattr(pgq.cli, "PROGRESS_AFTER_S", 0.0)  # every run counts as long
+    result = cli("purge", "--older-than", "1h", "--dsn", pgq_dsn)
+    assert result.code == 0 and result.out == "deleted 1 job(s) that finished more than 1h ago\n"
+    assert result.err_lines and result.err_lines[0].startswith("pgq: purge: 1 jobs deleted so far")
+
+
+@pytest.mark.parametrize("duration", ["7x", "d", "-5", "1.5.2h", "", "nan", "7d garbage"])
+def test_purge_rejects_bad_durations(cli: CLI, pgq_dsn: str, duration: str) -> None:
+    result = cli("purge", "--older-than", duration, "--dsn", pgq_dsn)
+    assert result.code == 2 and "invalid duration" in result.err
+
+
+def test_purge_requires_older_than(cli: CLI, pgq_dsn: str) -> None:
+    result = cli("purge", "--dsn", pgq_dsn)
+    assert result.code == 2 and "--older-than" in result.err
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors every command shares
+
+
+DATABASE_COMMANDS = [
+    ["status"],
+    ["enqueue", "k"],
+    ["jobs", "list"],
+    ["jobs", "show", "1"],
+    ["jobs", "retry", "1"],
+    ["jobs", "cancel", "1"],
+    ["purge", "--older-than", "1d"],
+]
+
+
+@pytest.mark.parametrize("command", [*DATABASE_COMMANDS, ["migrate"]], ids=" ".join)
+def test_missing_dsn_is_a_clear_one_line_error(cli: CLI, command: list[str]) -> None:
+    result = cli(*command)
+    assert result.code == 2
+    assert result.err_lines == ["pgq: error: no database given: pass --dsn DSN or set PGQ_DSN"]
+
+
+@pytest.mark.parametrize("command", DATABASE_COMMANDS, ids=" ".join)
+def test_unmigrated_database_says_run_pgq_migrate(cli: CLI, pgq_empty_dsn: str, command: list[str]) -> None:
+    result = cli(*command, "--dsn", pgq_empty_dsn)
+    assert result.code == 1
+    assert len(result.err_lines) == 1 and "run `pgq migrate`" in result.err
+
+
+@pytest.mark.parametrize(
+    ("dsn", "message"),
+    [
+        ("host=127.0.0.1 port=1 dbname=x user=postgres", "cannot connect to the database"),
+        ("not a dsn", "invalid DSN"),
+        ("postgresql://postgres@127.0.0.1:5432/pgq_no_such_database_xyz", "does not exist"),
+    ],
+    ids=["refused", "garbage", "no-such-database"],
+)
+@pytest.mark.parametrize("command", [["status"], ["migrate"], ["enqueue", "k"]], ids=" ".join)
+def test_bad_dsn_fails_fast_with_one_line(dsn: str, message: str, command: list[str]) -> None:
+    started = time.monotonic()
+    result = run_subprocess(*command, "--dsn", dsn, timeout=30)
+    assert time.monotonic() - started < 10
+    assert result.code != 0
+    assert len(result.err_lines) == 1 and result.err.startswith("pgq: error: ")
+    assert message in result.err and "Traceback" not in result.err
+
+
+def test_bad_dsn_from_environment_is_reported_too() -> None:
+    result = run_subprocess("jobs", "list", env={"PGQ_DSN": "host=127.0.0.1 port=1"})
+    assert result.code == 1 and result.err.startswith("pgq: error: cannot connect to the database")
+
+
+def test_end_to_end_through_python_dash_m(pgq_dsn: str) -> None:
+    enqueued = run_subprocess("enqueue", "e2e", "--payload", '{"a": 1}', env={"PGQ_DSN": pgq_dsn})
+    assert enqueued.code == 0, enqueued.err
+    job_id = enqueued.out.strip()
+    shown = run_subprocess("jobs", "show", job_id, "--json", "--dsn", pgq_dsn)
+    assert json.loads(shown.out)["payload"] == {"a": 1}
+    status = run_subprocess("status", "--dsn", pgq_dsn)
+    assert table(status.out)["default"]["READY"] == "1"
+
+
+# ---------------------------------------------------------------------------------------------
+# Help
+
+
+def _all_commands() -> list[list[str]]:
+    """Every command and sub-command path of the parser, e.g. ["jobs", "list"]."""
+    import argparse
+
+    found: list[list[str]] = []
+
+    def walk(parser: argparse.ArgumentParser, path: list[str]) -> None:
+        found.append(path)
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, [*path, name])
+
+    walk(build_parser(), [])
+    return found
+
+
+def test_every_command_is_covered_by_the_help_test() -> None:
+    names = {" ".join(path) for path in _all_commands()}
+    assert names == {"", "migrate", "worker", "enqueue", "status", "jobs", "jobs list", "jobs show", "jobs retry",
+                     "jobs cancel", "purge", "demo"}
+
+
+@pytest.mark.parametrize("path", _all_commands(), ids=lambda p: " ".join(p) or "pgq")
+def test_help_of_every_command_exits_0(cli: CLI, path: list[str]) -> None:
+    result = cli(*path, "--help")
+    assert result.code == 0 and result.out.startswith("usage: pgq")
+    if path and path != ["jobs"]:
+        assert "--dsn" in result.out
+
+
+def test_help_through_python_dash_m() -> None:
+    result = run_subprocess("--help")
+    assert result.code == 0 and "migrate" in result.out and "worker" in result.out
+
+
+def test_no_command_is_a_usage_error(cli: CLI) -> None:
+    result = cli()
+    assert result.code == 2 and "required: COMMAND" in result.err

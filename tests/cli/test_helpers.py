@@ -1,0 +1,114 @@
+"""The command line's pure helpers: durations, ages, tables, log formatters, app loading (no database)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import logging
+import sys
+
+import pytest
+
+from pgq.cli import (
+    CliError,
+    JsonLogFormatter,
+    TextLogFormatter,
+    connect_dsn,
+    describe_dsn,
+    format_age,
+    format_duration,
+    parse_duration,
+    render_table,
+    setup_logging,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("7d", 7 * 86400), ("12h", 43200), ("30m", 1800), ("45s", 45), ("90", 90), ("2.5", 2.5), ("0", 0),
+     ("1h30m", 5400), ("1D", 86400), (" 15m ", 900), ("1.5h", 5400)],
+)
+def test_parse_duration_accepts_units_and_plain_seconds(text: str, seconds: float) -> None:
+    assert parse_duration(text) == dt.timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("text", ["", "7x", "h", "-1", "1h-30m", "inf", "nan", "7 d", "1e20"])
+def test_parse_duration_rejects_everything_else(text: str) -> None:
+    with pytest.raises(ValueError, match="invalid duration"):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(None, "-"), (0, "0s"), (-3, "0s"), (59.9, "59s"), (185, "3m05s"), (7260, "2h01m"),
+     (3 * 86400 + 4 * 3600, "3d04h")],
+)
+def test_format_age_is_compact(seconds: float | None, text: str) -> None:
+    assert format_age(seconds) == text
+
+
+@pytest.mark.parametrize("text", ["7d", "1h30m", "45s", "0s", "2.5s", "1d00h"])
+def test_format_duration_round_trips_through_parse_duration(text: str) -> None:
+    assert parse_duration(format_duration(parse_duration(text))) == parse_duration(text)
+
+
+def test_render_table_aligns_columns_and_right_aligns_numbers() -> None:
+    text = render_table(("NAME", "N"), [["a", "1"], ["longer", "100"]], right=(1,))
+    assert text.splitlines() == ["NAME      N", "a         1", "longer  100"]
+
+
+def test_connect_dsn_adds_a_connect_timeout_unless_given() -> None:
+    assert "connect_timeout=5" in connect_dsn("postgresql://u@h/db")
+    assert "connect_timeout=9" in connect_dsn("host=h connect_timeout=9")
+    with pytest.raises(CliError) as info:
+        connect_dsn("host=h password=s3cret garbage")
+    assert "s3cret" not in str(info.value) and info.value.code == 2
+
+
+def test_describe_dsn_never_shows_the_password() -> None:
+    described = describe_dsn("postgresql://me:s3cret@db.example:6543/app")
+    assert described == 'database "app" on db.example:6543' and "s3cret" not in described
+
+
+def _record(exc: bool = False) -> logging.LogRecord:
+    exc_info = None
+    if exc:
+        try:
+            raise ValueError("bad\nthing")
+        except ValueError:
+            exc_info = sys.exc_info()
+    record = logging.LogRecord("pgq.worker", logging.INFO, __file__, 1, "job %s finished", (7,), exc_info)
+    record.job_id = 7
+    record.kind = "email send"
+    return record
+
+
+def test_json_formatter_writes_one_object_per_line_with_extra_fields() -> None:
+    line = JsonLogFormatter().format(_record(exc=True))
+    assert "\n" not in line
+    data = json.loads(line)
+    assert data["message"] == "job 7 finished" and data["level"] == "info" and data["logger"] == "pgq.worker"
+    assert data["job_id"] == 7 and data["kind"] == "email send"
+    assert "ValueError: bad" in data["exception"] and data["ts"].endswith("Z")
+
+
+def test_text_formatter_keeps_an_event_on_one_line() -> None:
+    line = TextLogFormatter().format(_record(exc=True))
+    assert "\n" not in line
+    assert "INFO    pgq.worker: job 7 finished job_id=7 kind=\"email send\" exception=\"Traceback" in line
+
+
+def test_setup_logging_replaces_handlers_and_sets_level() -> None:
+    stream = io.StringIO()
+    root = logging.getLogger()
+    saved_handlers, saved_level = root.handlers[:], root.level
+    try:
+        setup_logging("WARNING", "json", stream)
+        logging.getLogger("pgq.test").info("hidden")
+        logging.getLogger("pgq.test").warning("shown", extra={"n": 1})
+        [line] = stream.getvalue().splitlines()
+        assert json.loads(line)["n"] == 1
+    finally:
+        root.handlers[:] = saved_handlers
+        root.setLevel(saved_level)

@@ -1,0 +1,228 @@
+"""Maintenance steps (`run_once()` each), leader election, the next-due query and the listener, against
+a real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+import pgq
+from pgq import AsyncQueue, _ops
+from pgq.listener import Listener
+from pgq.maintenance import (
+    PERIODIC_LOCK_KEY,
+    RESCUE_LOCK_KEY,
+    RETENTION_LOCK_KEY,
+    PeriodicEnqueuer,
+    Rescuer,
+    Retention,
+)
+
+from .conftest import DB, async_wait_for
+
+# The listener's backend: its last statement is the LISTEN or the liveness ping (sql/listen.sql, ping.sql).
+LISTENER = ("datname = current_database() AND (query LIKE '%%LISTEN pgq%%' OR query LIKE '-- ping:%%') "
+            "AND pid <> pg_backend_pid()")
+
+
+def holding_lock(dsn: str, key: int) -> psycopg.Connection[Any]:
+    """A connection inside a transaction that holds advisory lock `key` (another worker's run)."""
+    conn = psycopg.connect(dsn)
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+    return conn
+
+
+def test_rescuer_requeues_expired_leases_and_fails_exhausted_ones(pgq_dsn: str, db: DB) -> None:
+    async def main() -> None:
+        async with AsyncQueue(pgq_dsn) as queue:
+            await queue.enqueue("a")
+            await queue.enqueue("b", max_attempts=1)
+            await queue.enqueue("c")
+            await queue.claim(worker="dead", limit=2, lease=0.05)  # a and b, then the worker "dies"
+            await queue.claim(worker="alive", limit=1, lease=60)
+            db.rows("UPDATE pgq.jobs SET lease_expires_at = now() - interval '1 s' WHERE claimed_by = 'dead'")
+            rescuer = Rescuer(queue)
+            result = await rescuer.run_once()
+            assert result.leader and result.counts == {"requeued": 1, "failed": 1}
+            again = await rescuer.run_once()
+            assert again.leader and again.counts == {"requeued": 0, "failed": 0}
+
+    asyncio.run(main())
+    assert {r["kind"]: r["status"] for r in db.rows("SELECT kind, status::text FROM pgq.jobs")} == {
+        "a": "queued", "b": "failed", "c": "running"}
+
+
+@pytest.mark.parametrize("step", ["rescue", "retention", "periodic"])
+def test_a_step_is_skipped_while_another_worker_holds_its_lock(pgq_dsn: str, db: DB, step: str) -> None:
+    app = pgq.App(pgq_dsn)
+    app.periodic(every=1)(lambda: None)
+    key = {"rescue": RESCUE_LOCK_KEY, "retention": RETENTION_LOCK_KEY, "periodic": PERIODIC_LOCK_KEY}[step]
+
+    async def main() -> None:
+        async with AsyncQueue(pgq_dsn) as queue:
+            runner = {"rescue": Rescuer(queue), "retention": Retention(queue, 60),
+                      "periodic": PeriodicEnqueuer(queue, app.periodic_tasks)}[step]
+            other = holding_lock(pgq_dsn, key)
+            try:
+                assert not (await runner.run_once()).leader
+            finally:
+                other.rollback()  # returns once the lock is released (close() alone does not wait)
+                other.close()
+            assert (await runner.run_once()).leader
+
+    asyncio.run(main())
+
+
+def test_retention_deletes_only_jobs_finished_long_enough_ago(pgq_dsn: str, db: DB) -> None:
+    async def main() -> None:
+        async with AsyncQueue(pgq_dsn) as queue:
+            for kind in ("old1", "old2", "recent", "active"):
+                await queue.enqueue(kind)
+            for claim in await queue.claim(worker="w", limit=3, lease=60):
+                if claim.job.kind != "active":
+                    await queue.complete(claim)
+            db.rows("UPDATE pgq.jobs SET finished_at = now() - interval '8 days' WHERE kind LIKE 'old%%'")
+            result = await Retention(queue, dt.timedelta(days=7).total_seconds(), batch=1).run_once()
+            assert result.leader and result.counts == {"deleted": 2}
+
+    asyncio.run(main())
+    assert sorted(r["kind"] for r in db.rows("SELECT kind FROM pgq.jobs")) == ["active", "recent"]
+
+
+def test_periodic_enqueues_each_tick_once_and_never_revives_a_finished_tick(pgq_dsn: str, db: DB) -> None:
+    app = pgq.App(pgq_dsn)
+
+    @app.periodic(every=1, name="beat", queue="cron")
+    def beat() -> None:
+        pass
+
+    def keys() -> list[str]:
+        return [r["dedupe_key"] for r in db.rows("SELECT dedupe_key FROM pgq.jobs ORDER BY id")]
+
+    async def main() -> None:
+        async with AsyncQueue(pgq_dsn) as queue:
+            first = PeriodicEnqueuer(queue, app.periodic_tasks)
+            result = await first.run_once()
+            assert result.counts == {"enqueued": 1, "due": 1}  # a first run takes only the latest tick
+            [key] = keys()
+            assert key.startswith("periodic:beat:")
+            # Another worker (a fresh enqueuer) looking at the same tick finds its job and adds nothing.
+            assert (await PeriodicEnqueuer(queue, app.periodic_tasks).run_once()).counts["enqueued"] == 0
+            # The tick's job finishes (cancelled here) and stays; it is still never enqueued again.
+            [job] = await queue.list()
+            await queue.cancel(job.id)
+            assert (await PeriodicEnqueuer(queue, app.periodic_tasks).run_once()).counts["enqueued"] == 0
+            # The next tick comes: one more job.
+            tick = int(key.rsplit(":", 1)[1])
+            await async_wait_for(lambda: asyncio.sleep(0, time.time() >= tick + 1.05), 3, "the next tick")
+            assert (await first.run_once()).counts["enqueued"] == 1
+            assert first.next_run_in(True, 30) <= 1.01
+
+    asyncio.run(main())
+    ticks = [int(k.rsplit(":", 1)[1]) for k in keys()]
+    assert len(ticks) == 2 and ticks[1] == ticks[0] + 1
+    assert {r["queue"] for r in db.rows("SELECT queue FROM pgq.jobs")} == {"cron"}
+
+
+def test_periodic_cron_first_run_enqueues_the_latest_minute_tick(pgq_dsn: str, db: DB) -> None:
+    app = pgq.App(pgq_dsn)
+    app.periodic(cron="* * * * *", name="minutely", kwargs={"x": 1})(lambda x: None)
+
+    async def main() -> None:
+        async with AsyncQueue(pgq_dsn) as queue:
+            assert (await PeriodicEnqueuer(queue, app.periodic_tasks).run_once()).counts["enqueued"] == 1
+
+    asyncio.run(main())
+    row = db.rows("SELECT dedupe_key, payload, extract(epoch FROM now())::float8 AS now FROM pgq.jobs")[0]
+    tick = int(row["dedupe_key"].rsplit(":", 1)[1])
+    assert tick % 60 == 0 and 0 <= row["now"] - tick < 61
+    assert row["payload"] == {"x": 1}
+
+
+def test_next_run_at_reports_the_earliest_queued_job_of_the_queues(pgq_dsn: str, db: DB) -> None:
+    async def main() -> None:
+        async with AsyncQueue(pgq_dsn) as queue:
+            assert await queue._run(_ops.next_run_at(None)) is None
+            await queue.enqueue("x", queue="a", delay=30, priority=5)
+            await queue.enqueue("x", queue="a", delay=10, priority=9)
+            await queue.enqueue("x", queue="b", delay=5)
+            await queue.enqueue("x", queue="c")
+            await queue.claim(worker="w", queues=["c"])  # running jobs do not count
+            a = await queue._run(_ops.next_run_at(["a"]))
+            assert a is not None and 9 < a <= 10
+            both = await queue._run(_ops.next_run_at(["a", "b"]))
+            assert both is not None and 4 < both <= 5
+            every = await queue._run(_ops.next_run_at(None))
+            assert every is not None and 4 < every <= 5
+            assert await queue._run(_ops.next_run_at(["c", "zzz"])) is None
+            await queue.enqueue("x", queue="a")
+            now = await queue._run(_ops.next_run_at(["a"]))
+            assert now is not None and now <= 0
+
+    asyncio.run(main())
+
+
+def test_listener_reconnects_after_its_connection_is_killed(pgq_dsn: str, db: DB) -> None:
+    received: list[str] = []
+    connects: list[float] = []
+
+    async def main() -> Listener:
+        listener = Listener(pgq_dsn, on_notify=received.append, on_connect=lambda: connects.append(time.monotonic()),
+                            idle_check=0.5)
+        task = asyncio.create_task(listener.run())
+        try:
+            await async_wait_for(lambda: asyncio.sleep(0, listener.connected), 5, "the listener to connect")
+            db.rows("NOTIFY pgq, 'q1'")
+            await async_wait_for(lambda: asyncio.sleep(0, "q1" in received), 5, "the first notification")
+            killed = db.value(f"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE {LISTENER}")
+            assert killed == 1
+
+            async def notified_again() -> bool:
+                db.rows("NOTIFY pgq, 'q2'")
+                return "q2" in received
+
+            await async_wait_for(notified_again, 10, "a notification after the reconnect", interval=0.1)
+        finally:
+            listener.stop()
+            await asyncio.wait_for(task, 5)
+        return listener
+
+    listener = asyncio.run(main())
+    assert listener.reconnects >= 1 and len(connects) >= 2
+    assert not listener.connected
+
+
+def test_worker_keeps_working_when_its_listen_connection_dies(pgq_dsn: str, db: DB) -> None:
+    app = pgq.App(pgq_dsn)
+
+    @app.task
+    def ping() -> None:
+        pass
+
+    async def main() -> None:
+        worker = app.worker(poll_interval=0.3, lease=5)
+        runner = asyncio.create_task(worker.run_async())
+        try:
+            async with AsyncQueue(pgq_dsn) as queue:
+                async def listening() -> bool:
+                    return bool(db.value(f"SELECT count(*) FROM pg_stat_activity WHERE {LISTENER}"))
+
+                await async_wait_for(listening, 5, "the worker's LISTEN")
+                db.rows(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE {LISTENER}")
+                for _ in range(3):
+                    await queue.enqueue("ping")
+
+                async def done() -> bool:
+                    return db.status_counts() == {"succeeded": 3}
+
+                await async_wait_for(done, 10, "the jobs")
+        finally:
+            worker.stop()
+            await asyncio.wait_for(runner, 10)
+
+    asyncio.run(main())

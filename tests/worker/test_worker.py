@@ -1,0 +1,527 @@
+"""The worker against a real PostgreSQL, run in-process (asyncio.run in each test): handlers, outcomes,
+retries, timeouts, snoozes, wake-ups, leases, concurrency and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import itertools
+import logging
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import pgq
+from pgq import AsyncQueue, JobStatus
+
+from .conftest import DB, async_wait_for, run_worker_until
+
+FAST_RETRY = pgq.Backoff(initial=0.05, factor=2, jitter=0, min_delay=0.05, max_delay=0.2)
+
+
+async def all_finished(queue: AsyncQueue) -> bool:
+    return not any(j.status in (JobStatus.QUEUED, JobStatus.RUNNING) for j in await queue.list(limit=1000))
+
+
+def test_sync_and_async_handlers_store_their_results(pgq_dsn: str, db: DB) -> None:
+    app = pgq.App(pgq_dsn)
+    threads: set[str] = set()
+
+    @app.task
+    def add(a: int, b: int) -> int:
+        threads.add(threading.current_thread().name)
+        return a + b
+
+    @app.task
+    async def greet(name: str) -> dict[str, str]:
+        await asyncio.sleep(0)
+        return {"hello": name}
+
+    @app.task
+    def nothing() -> None:
+        pass
+
+    async def main() -> pgq.Worker:
+        async def before(queue: AsyncQueue) -> None:
+            await add.defer_async(a=2, b=3)
+            await greet.defer_async(name="pgq")
+            nothing.defer()  # the sync API, from inside a loop, on its own pool
+
+        return await run_worker_until(app, all_finished, before=before)
+
+    worker = asyncio.run(main())
+    app.close()
+    rows = db.rows("SELECT kind, status::text, result FROM pgq.jobs")
+    results = {r["kind"]: (r["status"], r["result"]) for r in rows}
+    assert results == {"add": ("succeeded", 5), "greet": ("succeeded", {"hello": "pgq"}),
+                       "nothing": ("succeeded", None)}
+    assert worker.stats["succeeded"] == 3
+    assert threads and all(t.startswith("pgq-") for t in threads)  # sync handlers run in the worker's threads
+
+
+def test_failing_handler_is_retried_with_backoff_then_succeeds(pgq_dsn: str, db: DB) -> None:
+    app = pgq.App(pgq_dsn)
+    starts: list[float] = []
+
+    @app.task(retry=pgq.Backoff(initial=0.3, factor=1, jitter=0, min_delay=0), max_attempts=5)
+    async def flaky() -> int:
+        starts.append(time.monotonic())
+        attempt = pgq.current_job().attempts
+        if attempt < 3:
+            raise ConnectionError(f"upstream down (attempt {attempt})")
+        return attempt
+
+    async def main() -> None:
+        await run_worker_until(app, all_finished, before=lambda q: flaky.defer_async())
+
+    asyncio.run(main())
+    job = db.rows("SELECT status::text, attempts, result, last_error FROM pgq.jobs")[0]
+    assert (job["status"], job["attempts"], job["result"]) == ("succeeded", 3, 3)
+    assert "ConnectionError: upstream down (attempt 2)" in job["last_error"]
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert len(gaps) == 2 and all(gap >= 0.28 for gap in gaps), gaps  # the policy's 0.3 s, on the DB clock
+    assert all(gap < 1.5 for gap in gaps), gaps  # woken by the retry timer, not left to slow polling
+
+
+def test_handler_out_of_attempts_fails_with_traceback(pgq_dsn: str, db: DB) -> None:
+    app = pgq.App(pgq_dsn)
+
+    @app.task(retry=FAST_RETRY, max_attempts=2)
+    def broken() -> None:
+        raise RuntimeError("always")
+
+    asyncio.run(run_worker_until(app, all_finished, before=lambda q: broken.defer_async()))
+    job = db.rows("SELECT status::text, attempts, last_error FROM pgq.jobs")[0]
+    assert (job["status"], job["attempts"]) == ("failed", 2)
+    assert job["last_error"].startswith("RuntimeError: always")
+    assert "Traceback" in job["last_error"] and "in broken" in job["last_error"]
+
+
+def test_permanent_failure_and_policy_none_fail_without_retry(pgq_dsn: str, db: DB) -> None:
+    class NoRetry:
+        def retry_in(self, attempt: int, error: BaseException) -> float | None:
+            return None
+
+    app = pgq.App(pgq_dsn)
+
+    @app.task
+    def refuse() -> None:
+        raise pgq.PermanentFailure("bad input, never retry")
+
+    @app.task(retry=NoRetry())
+    def once() -> None:
+        raise ValueError("no second chance")
+
+    async def before(queue: AsyncQueue) -> None:
+        await refuse.defer_async()
+        await once.defer_async()
+
+    asyncio.run(run_worker_until(app, all_finished, before=before))
+    rows = {r["kind"]: r for r in db.rows("SELECT kind, status::text, attempts, last_error FROM pgq.jobs")}
+    assert {k: (r["status"], r["attempts"]) for k, r in rows.items()} == {"refuse": ("failed", 1),
+                                                                        "once": ("failed", 1)}
+    assert "bad input, never retry" in rows["refuse"]["last_error"]
+
+
+def test_timeout_cancels_async_and_abandons_sync_handlers(pgq_dsn: str, db: DB) -> None:
+    app = pgq.App(pgq_dsn)
+    cancelled = threading.Event()
+    release_thread = threading.Event()
+
+    @app.task(timeout=0.2, max_attempts=1)
+    async def slow_async() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    @app.task(timeout=dt.timedelta(milliseconds=200), max_attempts=1)
+    def slow_sync() -> None:
+        release_thread.wait(30)
+
+    async def before(queue: AsyncQueue) -> None:
+        await slow_async.defer_async()
+        await slow_sync.defer_async()
+
+    try:
+        worker = asyncio.run(run_worker_until(app, all_finished, before=before, timeout=10))
+    finally:
+        release_thread.set()
+    rows = db.rows("SELECT kind, status::text, attempts, last_error FROM pgq.jobs ORDER BY kind")
+    assert [(r["kind"], r["status"], r["attempts"]) for r in rows] == [("slow_async", "failed", 1),
+                                                                     ("slow_sync", "failed", 1)]
+    assert all("timeout" in r["last_error"] for r in rows)
+    assert cancelled.is_set()
+    assert worker.stats["failed"] == 2
+
+
+def test_snooze_returned_or_raised_requeues_without_spending_an_attempt(pgq_dsn: str, db: DB) -> None:
+    app = pgq.App(pgq_dsn)
+    runs: dict[str, int] = {"ret": 0, "raise": 0}
+
+    @app.task(max_attempts=1)
+    def ret() -> Any:
+        runs["ret"] += 1
+        return pgq.Snooze(0.1) if runs["ret"] < 3 else "ok"
+
+    @app.task(max_attempts=1)
+    async def rais() -> str:
+        runs["raise"] += 1
+        if runs["raise"] < 2:
+            raise pgq.Snooze(dt.timedelta(milliseconds=100))
+        return "ok"
+
+    async def before(queue: AsyncQueue) -> None:
+        await ret.defer_async()
+        await rais.defer_async()
+
+    worker = asyncio.run(run_worker_until(app, all_finished, before=before))
+    rows = db.rows("SELECT kind, status::text, attempts, result FROM pgq.jobs ORDER BY kind")
+    # max_attempts=1 and several runs each: the snoozes spent no attempt.
+    assert [(r["kind"], r["status"], r["attempts"], r["result"]) for r in rows] == [
+        ("rais", "succeeded", 1, "ok"), ("ret", "succeeded", 1, "ok")]
+    assert runs == {"ret": 3, "raise": 2}
+    assert worker.stats["snoozed"] == 3
+
+
+def test_poll_later_snoozes_until_the_deadline_then_fails_as_timed_out(pgq_dsn: str, db: DB) -> None:
+    app = pgq.App(pgq_dsn)
+    polls: list[float] = []
+
+    @app.task(max_attempts=3)
+    def wait_for_export() -> Any:
+        polls.append(time.monotonic())
+        return pgq.poll_later(deadline=0.8, fast=0.1, fast_for=0.3, slow=0.25)
+
+    asyncio.run(run_worker_until(app, all_finished, before=lambda q: wait_for_export.defer_async()))
+    job = db.rows("SELECT status::text, attempts, last_error FROM pgq.jobs")[0]
+    assert (job["status"], job["attempts"]) == ("failed", 1)  # final at once: no retries of a timeout
+    assert job["last_error"].startswith("PollingTimeout: timed out")
+    # Fast polls first, then slow ones, the last one at the deadline: 0, ~.1, ~.2, ~.3, ~.55, ~.8
+    assert 5 <= len(polls) <= 7, polls
+    assert polls[-1] - polls[0] >= 0.7
+
+
+def test_unknown_kind_and_bad_payloads_fail_at_once_naming_the_problem(pgq_dsn: str, db: DB) -> None:
+    app = pgq.App(pgq_dsn)
+
+    @app.task
+    def send(to: str) -> None:
+        pass
+
+    @app.task
+    def unstorable() -> object:
+        return {1, 2}
+
+    async def before(queue: AsyncQueue) -> None:
+        await queue.enqueue("no_such_task", {"x": 1})
+        await queue.enqueue("send", [1, 2])
+        await queue.enqueue("send", {"to": "a", "cc": "b"})
+        await queue.enqueue("send", {})
+        await queue.enqueue("unstorable", {})
+
+    asyncio.run(run_worker_until(app, all_finished, before=before))
+    rows = db.rows("SELECT status::text, attempts, last_error FROM pgq.jobs ORDER BY id")
+    assert all((r["status"], r["attempts"]) == ("failed", 1) for r in rows), rows
+    errors = [r["last_error"] for r in rows]
+    assert "unknown task kind 'no_such_task'" in errors[0] and "send" in errors[0]
+    assert "task 'send'" in errors[1] and "JSON object" in errors[1]
+    assert "unexpected keyword argument 'cc'" in errors[2]
+    assert "missing a required argument: 'to'" in errors[3]
+    assert "task 'unstorable' returned a value that cannot be stored" in errors[4]
+
+
+def test_notify_wakes_an_idle_worker_at_once(pgq_dsn: str) -> None:
+    app = pgq.App(pgq_dsn)
+    started: list[float] = []
+
+    @app.task
+    def ping() -> None:
+        started.append(time.monotonic())
+
+    async def main() -> list[float]:
+        worker = app.worker(poll_interval=30, lease=5)  # polling alone would take 24-36 s
+        runner = asyncio.create_task(worker.run_async())
+        latencies = []
+        try:
+            async with AsyncQueue(pgq_dsn) as queue:
+                await asyncio.sleep(0.3)  # let it connect and go idle
+                for _ in range(5):
+                    count = len(started)
+                    sent = time.monotonic()
+                    await queue.enqueue("ping")
+
+                    async def seen(count: int = count) -> bool:
+                        return len(started) > count
+
+                    await async_wait_for(seen, 5, "the handler to start")
+                    latencies.append(started[-1] - sent)
+        finally:
+            worker.stop()
+            await runner
+        return latencies
+
+    latencies = asyncio.run(main())
+    assert max(latencies) < 0.5, latencies
+
+
+def test_worker_without_listen_polls(pgq_dsn: str, db: DB) -> None:
+    app = pgq.App(pgq_dsn)
+
+    @app.task
+    def ping() -> str:
+        return "pong"
+
+    asyncio.run(run_worker_until(app, all_finished, before=lambda q: q.enqueue("ping"), listen=False,
+                                 poll_interval=0.1))
+    assert db.value("SELECT status::text FROM pgq.jobs") == "succeeded"
+
+
+def test_scheduled_job_starts_on_time_without_fast_polling(pgq_dsn: str) -> None:
+    app = pgq.App(pgq_dsn)
+    started: list[float] = []
+
+    @app.task
+    def later() -> None:
+        started.append(time.monotonic())
+
+    async def main() -> float:
+        worker = app.worker(poll_interval=30, lease=5)
+        runner = asyncio.create_task(worker.run_async())
+        try:
+            async with AsyncQueue(pgq_dsn) as queue:
+                await asyncio.sleep(0.3)
+                sent = time.monotonic()
+                await queue.enqueue("later", delay=0.7)
+
+                async def seen() -> bool:
+                    return bool(started)
+
+                await async_wait_for(seen, 5, "the scheduled job to start")
+                return started[0] - sent
+        finally:
+            worker.stop()
+            await runner
+
+    waited = asyncio.run(main())
+    assert 0.65 <= waited < 1.5, waited
+
+
+def test_concurrency_is_filled_and_never_exceeded(pgq_dsn: str, db: DB) -> None:
+    app = pgq.App(pgq_dsn)
+    running = 0
+    peak = 0
+
+    @app.task
+    async def work() -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.05)
+        running -= 1
+
+    async def before(queue: AsyncQueue) -> None:
+        await queue.enqueue_many([{"kind": "work"} for _ in range(60)])
+
+    worker = asyncio.run(run_worker_until(app, all_finished, before=before, concurrency=6))
+    assert peak == 6
+    assert worker.stats["succeeded"] == 60
+    assert db.status_counts() == {"succeeded": 60}
+
+
+def test_blocking_sync_handlers_run_in_parallel_threads(pgq_dsn: str, db: DB) -> None:
+    app = pgq.App(pgq_dsn)
+    gate = threading.Barrier(4, timeout=10)  # passes only when four handlers block at the same time
+
+    @app.task
+    def blocking(n: int) -> int:
+        gate.wait()
+        return n
+
+    async def before(queue: AsyncQueue) -> None:
+        await queue.enqueue_many([{"kind": "blocking", "payload": {"n": n}} for n in range(8)])
+
+    asyncio.run(run_worker_until(app, all_finished, before=before, concurrency=4, timeout=20))
+    assert db.status_counts() == {"succeeded": 8}
+
+
+def test_concurrency_limit_of_a_task_holds_across_the_worker(pgq_dsn: str, db: DB) -> None:
+    app = pgq.App(pgq_dsn)
+    running = 0
+    peak = 0
+
+    @app.task(concurrency_limit=2)
+    async def limited() -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.05)
+        running -= 1
+
+    async def before(queue: AsyncQueue) -> None:
+        await asyncio.sleep(0.2)  # the worker sets the limit before its first claim
+        await queue.enqueue_many([{"kind": "limited"} for _ in range(12)])
+
+    asyncio.run(run_worker_until(app, all_finished, before=before, concurrency=8))
+    assert peak == 2
+    assert db.value("SELECT max_running FROM pgq.concurrency_limits WHERE kind = 'limited'") == 2
+
+
+def test_heartbeat_keeps_a_long_sync_job_alive_past_its_lease(pgq_dsn: str, db: DB) -> None:
+    app = pgq.App(pgq_dsn)
+
+    @app.task
+    def long_job() -> str:
+        time.sleep(2.0)  # blocks its thread only: heartbeats go on
+        return "done"
+
+    worker = asyncio.run(run_worker_until(app, all_finished, before=lambda q: long_job.defer_async(),
+                                          lease=0.6, rescue_interval=0.2))
+    job = db.rows("SELECT status::text, attempts, last_error FROM pgq.jobs")[0]
+    assert (job["status"], job["attempts"], job["last_error"]) == ("succeeded", 1, None)
+    assert worker.stats["lost"] == 0
+
+
+def test_cancelled_job_is_a_lost_lease_logged_not_a_crash(pgq_dsn: str, db: DB,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    app = pgq.App(pgq_dsn)
+    started = threading.Event()
+
+    @app.task
+    async def victim() -> str:
+        started.set()
+        await asyncio.sleep(0.5)
+        return "too late"
+
+    @app.task
+    def after() -> str:
+        return "fine"
+
+    async def before(queue: AsyncQueue) -> None:
+        job_id = await victim.defer_async()
+        await asyncio.to_thread(started.wait, 5)
+        await queue.cancel(job_id)
+        await after.defer_async()
+
+    caplog.set_level(logging.WARNING, logger="pgq.worker")
+    worker = asyncio.run(run_worker_until(app, all_finished, before=before))
+    assert db.status_counts() == {"cancelled": 1, "succeeded": 1}
+    assert worker.stats["lost"] == 1
+    assert any("complete refused: lease lost" in r.getMessage() for r in caplog.records)
+
+
+def test_stop_drains_running_jobs_to_completion(pgq_dsn: str, db: DB) -> None:
+    app = pgq.App(pgq_dsn)
+    started = threading.Event()
+
+    @app.task
+    def slowish() -> str:
+        started.set()
+        time.sleep(0.4)
+        return "finished"
+
+    async def main() -> None:
+        worker = app.worker(drain_timeout=5, lease=5)
+        runner = asyncio.create_task(worker.run_async())
+        await slowish.defer_async()
+        await asyncio.to_thread(started.wait, 5)
+        stop_at = time.monotonic()
+        worker.stop()
+        await asyncio.wait_for(runner, 10)
+        assert time.monotonic() - stop_at < 2
+        await app.aclose()
+
+    asyncio.run(main())
+    assert db.rows("SELECT status::text, result FROM pgq.jobs") == [{"status": "succeeded", "result": "finished"}]
+
+
+def test_drain_timeout_releases_unfinished_jobs_at_once(pgq_dsn: str, db: DB) -> None:
+    app = pgq.App(pgq_dsn)
+    started = threading.Event()
+    gate = threading.Event()
+
+    @app.task
+    def stuck() -> None:
+        started.set()
+        gate.wait(30)
+
+    @app.task
+    async def stuck_async() -> None:
+        await asyncio.sleep(30)
+
+    async def main() -> pgq.Worker:
+        worker = app.worker(drain_timeout=0.3, lease=60)
+        runner = asyncio.create_task(worker.run_async())
+        await stuck.defer_async()
+        await stuck_async.defer_async()
+        await asyncio.to_thread(started.wait, 5)
+        await async_wait_for(lambda: asyncio.sleep(0, worker.stats["claimed"] == 2), 5, "both claimed")
+        stop_at = time.monotonic()
+        worker.stop()
+        await asyncio.wait_for(runner, 10)
+        assert time.monotonic() - stop_at < 2  # not the 60 s lease
+        return worker
+
+    try:
+        worker = asyncio.run(main())
+    finally:
+        gate.set()
+    rows = db.rows("SELECT status::text, attempts, lease_token FROM pgq.jobs")
+    assert rows == [{"status": "queued", "attempts": 0, "lease_token": None}] * 2  # no attempt spent
+    assert worker.stats["released"] == 2
+
+
+def test_abort_releases_at_once_even_with_a_long_drain_timeout(pgq_dsn: str, db: DB) -> None:
+    app = pgq.App(pgq_dsn)
+
+    @app.task
+    async def forever() -> None:
+        await asyncio.sleep(60)
+
+    async def main() -> None:
+        worker = app.worker(drain_timeout=60, lease=60)
+        runner = asyncio.create_task(worker.run_async())
+        await forever.defer_async()
+        await async_wait_for(lambda: asyncio.sleep(0, worker.stats["claimed"] == 1), 5, "the claim")
+        worker.stop()
+        await asyncio.sleep(0.1)
+        worker.abort()
+        await asyncio.wait_for(runner, 5)
+        await app.aclose()
+
+    asyncio.run(main())
+    assert db.rows("SELECT status::text, attempts FROM pgq.jobs") == [{"status": "queued", "attempts": 0}]
+
+
+def test_worker_on_unmigrated_database_raises_not_migrated(pgq_empty_dsn: str) -> None:
+    app = pgq.App(pgq_empty_dsn)
+    with pytest.raises(pgq.NotMigrated):
+        asyncio.run(asyncio.wait_for(app.worker(maintenance=False).run_async(), 15))
+
+
+def test_worker_runs_only_once(pgq_dsn: str) -> None:
+    app = pgq.App(pgq_dsn)
+
+    async def main() -> None:
+        worker = app.worker()
+        worker.stop()  # before it runs: it starts, drains nothing, and returns
+        await asyncio.wait_for(worker.run_async(), 10)
+        with pytest.raises(pgq.PgqError, match="only once"):
+            await worker.run_async()
+
+    asyncio.run(main())
+
+
+def test_handler_defer_async_uses_the_worker_queue(pgq_dsn: str, db: DB) -> None:
+    app = pgq.App(pgq_dsn)
+
+    @app.task
+    async def parent(n: int) -> None:
+        if n > 0:
+            await parent.configure(dedupe_key=f"child-{n}").defer_async(n=n - 1)
+
+    asyncio.run(run_worker_until(app, all_finished, before=lambda q: parent.defer_async(n=3)))
+    assert db.status_counts() == {"succeeded": 4}

@@ -1,0 +1,79 @@
+"""The App that subprocess workers of the tests run (imported by runner.py, never by pytest itself).
+
+Reads its DSN from PGQ_TEST_WORKER_DSN. Handlers record what they do in the table `effects`
+(created by the tests) through their own connection pool, so the tests can count side effects
+independently of pgq's own bookkeeping. PGQ_TEST_PERIODIC=1 also registers a 1-second periodic task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from typing import Any
+
+from psycopg_pool import ConnectionPool
+
+import pgq
+
+DSN = os.environ["PGQ_TEST_WORKER_DSN"]
+app = pgq.App(DSN)
+
+_pool: ConnectionPool[Any] | None = None
+_pool_lock = threading.Lock()
+
+
+def record(n: int | None = None, note: str | None = None) -> None:
+    """Insert one row into `effects` for the current job (its id, attempt, lease token, this pid)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ConnectionPool(DSN, min_size=1, max_size=4, kwargs={"autocommit": True}, open=True)
+    job = pgq.current_job()
+    with _pool.connection() as conn:
+        conn.execute(
+            "INSERT INTO effects (job_id, kind, n, attempt, token, pid, note) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (job.id, job.kind, n, job.attempts, job.lease_token, os.getpid(), note),
+        )
+
+
+@app.task(name="record", queue="work")
+def record_task(n: int) -> int:
+    """Record the job once and return n."""
+    record(n)
+    return n
+
+
+@app.task(name="hold", queue="work")
+def hold(n: int, seconds: float) -> str:
+    """Record that the attempt started; the first attempt then blocks `seconds`, later ones return."""
+    record(n, "started")
+    if pgq.current_job().attempts == 1:
+        time.sleep(seconds)
+    record(n, "finished")
+    return "done"
+
+
+@app.task(name="nap", queue="work")
+async def nap(n: int, seconds: float) -> int:
+    """Record the start, sleep `seconds` on the event loop, record the end."""
+    await asyncio.to_thread(record, n, "started")
+    await asyncio.sleep(seconds)
+    await asyncio.to_thread(record, n, "finished")
+    return n
+
+
+@app.task(name="sleepy", queue="work")
+def sleepy(n: int, seconds: float) -> int:
+    """Sleep `seconds` in the thread pool; no database side effect (survives outages)."""
+    time.sleep(seconds)
+    return n
+
+
+if os.environ.get("PGQ_TEST_PERIODIC") == "1":
+
+    @app.periodic(every=1, name="tick", queue="work")
+    def tick() -> None:
+        """Record every tick's run."""
+        record()
