@@ -111,9 +111,9 @@ def claim(
     """Claim up to `limit` ready jobs, honouring concurrency limits exactly. Not retry-safe: a lost
     reply may hide claims, which are then rescued when their lease expires.
 
-    For one queue the cheap single statement job_claim_fast runs first; whatever it leaves unfilled
-    (none claimed because limits exist, or fewer ready than asked) goes to the general claim: two
-    statements in one transaction, lock the limits, then claim.
+    For one queue the cheap single statement job_claim_fast runs first; when it claims nothing
+    (nothing ready, or some concurrency limit exists) the general claim runs: two statements in one
+    transaction, lock the limits, then claim.
     """
     lease_s = positive_seconds("lease", lease)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -152,14 +152,12 @@ def claim(
         return to_claims(rows)
 
     def rest(first: list[Claim]) -> Operation[list[Claim]] | None:
-        if len(first) >= limit:
+        # Any claim at all proves no limit exists (job_claim_fast claims nothing then): the general
+        # claim could only add jobs that became ready meanwhile, not worth delaying these for.
+        if first:
             return None
 
-        def steps() -> Steps[list[Claim]]:
-            more = yield from general(limit - len(first))
-            return sorted(first + more, key=lambda c: (c.job.priority, c.job.run_at, c.job.id))
-
-        return Operation("job_claim", steps, transaction=True)
+        return Operation("job_claim", lambda: general(limit), transaction=True)
 
     if queue_list is not None and len(queue_list) == 1:
         return Operation("job_claim", fast, then=rest)
