@@ -61,7 +61,8 @@ def test_8_claimers_2000_jobs_every_job_claimed_exactly_once(pgq_dsn: str, db: S
 
 
 @pytest.mark.slow
-def test_concurrency_limit_of_3_never_exceeded_by_16_racing_claimers(pgq_dsn: str) -> None:
+@pytest.mark.parametrize("queues", [None, ["default"]], ids=["all-queues", "one-queue-fast-path"])
+def test_concurrency_limit_of_3_never_exceeded_by_16_racing_claimers(pgq_dsn: str, queues: list[str] | None) -> None:
     with Queue(pgq_dsn) as admin:
         admin.set_concurrency_limit("limited", 3)
         admin.enqueue_many([JobSpec("limited", {"i": i}) for i in range(150)]
@@ -88,7 +89,7 @@ def test_concurrency_limit_of_3_never_exceeded_by_16_racing_claimers(pgq_dsn: st
             barrier.wait()
             idle_since = None
             while True:
-                claims = q.claim(worker=f"w{i}", limit=4)
+                claims = q.claim(worker=f"w{i}", queues=queues, limit=4)
                 if not claims:
                     idle_since = idle_since or time.monotonic()
                     if time.monotonic() - idle_since > 1.0:
