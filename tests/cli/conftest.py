@@ -5,15 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-import psycopg
 import pytest
-from psycopg.rows import dict_row
 
 from pgq.cli import main
+
+from ..conftest import SQL as SQL  # re-exported for the CLI tests
 
 
 @dataclass(frozen=True)
@@ -31,7 +30,6 @@ class Result:
 
 
 CLI = Callable[..., Result]
-SQL = Callable[..., list[dict[str, Any]]]
 
 
 @pytest.fixture(autouse=True)
@@ -61,21 +59,6 @@ def run_subprocess(*args: str, env: dict[str, str] | None = None, cwd: str | Non
     proc = subprocess.run([sys.executable, "-m", "pgq", *args], capture_output=True, text=True,
                           env=child_env, cwd=cwd, timeout=timeout)
     return Result(proc.returncode, proc.stdout, proc.stderr)
-
-
-@pytest.fixture
-def db(pgq_dsn: str) -> Iterator[SQL]:
-    """Run one SQL statement on the test database (autocommit) and return its rows as dicts."""
-    conn = psycopg.connect(pgq_dsn, autocommit=True, row_factory=dict_row)
-
-    def run(query: str, params: Any = None) -> list[dict[str, Any]]:
-        cur = conn.execute(query.encode(), params)  # bytes: tests pass ad-hoc SQL text
-        return cur.fetchall() if cur.description else []
-
-    try:
-        yield run
-    finally:
-        conn.close()
 
 
 def table(text: str) -> dict[str, dict[str, str]]:
