@@ -443,35 +443,23 @@ def run_sync(conn: psycopg.Connection[Any], op: Operation[T], *, own_transaction
             conn.transaction() if current.transaction and own_transaction else nullcontext()
         )
         with ctx, conn.cursor(row_factory=dict_row) as cur:
-            result = _drive(current.steps(), lambda stmt: _execute_sync(cur, stmt))
+            steps = current.steps()
+            step = _step(steps, None, None)
+            while isinstance(step, Stmt):
+                try:
+                    cur.execute(_sql.query(step.name), step.params)
+                    got = cur.fetchall() if step.fetch == "rows" else _count(cur, step)
+                except psycopg.Error as exc:
+                    step = _step(steps, None, exc)
+                else:
+                    step = _step(steps, got, None)
+            result = step.value
         current = current.then(result) if current.then is not None else None
     return result
 
 
-def _execute_sync(cur: psycopg.Cursor[Any], stmt: Stmt) -> Any:
-    cur.execute(_sql.query(stmt.name), stmt.params)
-    if stmt.fetch == "rows":
-        return cur.fetchall()
-    return cur.rowcount if stmt.fetch == "rowcount" else None
-
-
-def _drive(steps: Steps[T], execute: Callable[[Stmt], Any]) -> T:
-    try:
-        stmt = next(steps)
-        while True:
-            try:
-                result = execute(stmt)
-            except psycopg.Error as exc:
-                stmt = steps.throw(_translate(exc))
-            else:
-                stmt = steps.send(result)
-    except StopIteration as stop:
-        value: T = stop.value
-        return value
-
-
 async def run_async(conn: psycopg.AsyncConnection[Any], op: Operation[T], *, own_transaction: bool) -> T:
-    """The asyncio twin of `run_sync`'s driver loop (the loop only; the operations are shared)."""
+    """The asyncio twin of `run_sync` (the driver loop only; the operations are shared)."""
     current: Operation[T] | None = op
     result: T
     while current is not None:
@@ -479,29 +467,37 @@ async def run_async(conn: psycopg.AsyncConnection[Any], op: Operation[T], *, own
             conn.transaction() if current.transaction and own_transaction else _anull()
         )
         async with ctx, conn.cursor(row_factory=dict_row) as cur:
-            result = await _drive_async(current.steps(), cur)
+            steps = current.steps()
+            step = _step(steps, None, None)
+            while isinstance(step, Stmt):
+                try:
+                    await cur.execute(_sql.query(step.name), step.params)
+                    got = await cur.fetchall() if step.fetch == "rows" else _count(cur, step)
+                except psycopg.Error as exc:
+                    step = _step(steps, None, exc)
+                else:
+                    step = _step(steps, got, None)
+            result = step.value
         current = current.then(result) if current.then is not None else None
     return result
 
 
-async def _drive_async(steps: Steps[T], cur: psycopg.AsyncCursor[Any]) -> T:
+@dataclass(frozen=True, slots=True)
+class _Done(Generic[T]):
+    value: T
+
+
+def _step(steps: Steps[T], result: Any, error: psycopg.Error | None) -> Stmt | _Done[T]:
+    """Advance an operation by one statement: send it the last result (or throw the translated
+    error into it); return its next statement, or its final value."""
     try:
-        stmt = next(steps)
-        while True:
-            result: Any
-            try:
-                await cur.execute(_sql.query(stmt.name), stmt.params)
-                if stmt.fetch == "rows":
-                    result = await cur.fetchall()
-                else:
-                    result = cur.rowcount if stmt.fetch == "rowcount" else None
-            except psycopg.Error as exc:
-                stmt = steps.throw(_translate(exc))
-            else:
-                stmt = steps.send(result)
+        return steps.throw(_translate(error)) if error is not None else steps.send(result)
     except StopIteration as stop:
-        value: T = stop.value
-        return value
+        return _Done(stop.value)
+
+
+def _count(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any], stmt: Stmt) -> int | None:
+    return cur.rowcount if stmt.fetch == "rowcount" else None
 
 
 class _anull(AbstractAsyncContextManager[None]):
