@@ -242,6 +242,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="jobs run at once by this worker; also its threads for sync handlers (default: 10)",
     )
     p.add_argument(
+        "--prefetch", metavar="N", type=_int_range("prefetch", 0, 100_000),
+        help="jobs claimed ahead of free slots and held (leased, heartbeated) until one frees: fewer, "
+        "bigger claims; 0 claims only for free slots (default: the concurrency)",
+    )
+    p.add_argument(
         "--lease", metavar="SECONDS", type=_seconds("lease", positive=True),
         help="lease of each claimed job, renewed by heartbeats every third of it; the job of a worker "
         "that died is rescued about half a lease after its lease expired (default: 60)",
@@ -636,6 +641,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {
         "queues": args.queues,
         "concurrency": args.concurrency,
+        "prefetch": args.prefetch,
         "lease": args.lease,
         "poll_interval": args.poll_interval,
         "drain_timeout": args.drain_timeout,

@@ -31,6 +31,7 @@ Logs: logger "pgq.worker", one line when a job starts and one when it finishes, 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import contextvars
 import datetime as dt
@@ -100,6 +101,9 @@ class WorkerConfig:
     - `dsn`: connect here instead of `app.dsn`.
     - `shutdown_timeout`: longest wait at shutdown for the last acknowledgements and releases when
       the database does not answer (jobs not acknowledged are rescued after their lease).
+    - `prefetch`: jobs claimed beyond the free slots and held, leased and heartbeated, until a slot
+      frees (default: `concurrency`; 0 claims only for free slots). Bigger claims, fewer round
+      trips; a shutdown hands held jobs straight back.
     - `claims_in_flight`: claims that may run at once (each for the slots free when it started; a
       second one only for at least a quarter of the slots). 1 makes claims strictly sequential.
     """
@@ -121,6 +125,7 @@ class WorkerConfig:
     dsn: str | None = None
     shutdown_timeout: float = 10.0
     claims_in_flight: int = 2
+    prefetch: int | None = None
 
     def __post_init__(self) -> None:
         if self.queues is not None and (
@@ -131,6 +136,8 @@ class WorkerConfig:
         _check_int("concurrency", self.concurrency, 1)
         _check_int("ack_batch", self.ack_batch, 1)
         _check_int("claims_in_flight", self.claims_in_flight, 1)
+        if self.prefetch is not None:
+            _check_int("prefetch", self.prefetch, 0)
         if self.pool_size is not None:
             _check_int("pool_size", self.pool_size, 1)
         for name in ("lease", "poll_interval", "retention_interval", "shutdown_timeout"):
@@ -453,6 +460,8 @@ class Worker:
         self._max_backlog = max(2 * cfg.concurrency, cfg.ack_batch)  # finished, unacknowledged jobs
         self._running: dict[int, _Running] = {}
         self._inflight: dict[int, Claim] = {}  # claimed and not yet acknowledged (heartbeat these)
+        self._held: collections.deque[tuple[Claim, float]] = collections.deque()  # prefetched, not started
+        self._prefetch = cfg.concurrency if cfg.prefetch is None else cfg.prefetch
         self._acking: set[int] = set()  # in a flush being sent right now
         self._uncertain: set[int] = set()  # in a flush whose outcome a connection error hid
         self._abandoned = 0  # sync handlers abandoned after a timeout, still holding their thread
@@ -529,11 +538,21 @@ class Worker:
         self._wake.set()
 
     def _free_slots(self) -> int:
-        return self.config.concurrency - len(self._running) - self._abandoned
+        """Jobs a claim may ask for: free slots plus free room in the prefetch buffer."""
+        return self.config.concurrency + self._prefetch - len(self._running) - self._abandoned - len(self._held)
 
     def _slot_freed(self) -> None:
+        self._start_held()
         if self._ready:
             self._wake.set()
+
+    def _start_held(self) -> None:
+        """Start prefetched jobs while slots are free (not once shutdown began: they are released)."""
+        while self._held and not self._stopping.is_set() and (
+            len(self._running) + self._abandoned < self.config.concurrency
+        ):
+            claim, claimed_at = self._held.popleft()
+            self._start(claim, claimed_at)
 
     def _wake_at(self, delay: float) -> None:
         """Make the producer look again `delay` seconds from now (a retry or snooze comes due)."""
@@ -616,7 +635,9 @@ class Worker:
             return
         now = time.monotonic()
         for claim in claims:
-            self._start(claim, now)
+            self._inflight[claim.id] = claim  # leased from now on: heartbeated, released at shutdown
+            self._held.append((claim, now))
+        self._start_held()
         if len(claims) < limit and generation == self._ready_gen:
             # Nothing more is ready (unless a NOTIFY or a timer came meanwhile: the generation says).
             # Sleep until the next poll, or until the earliest scheduled job when that is sooner.
@@ -983,6 +1004,10 @@ class Worker:
         if not done:
             producer.cancel()
         await asyncio.gather(producer, return_exceptions=True)
+        # Prefetched jobs never started: straight back to the queue.
+        while self._held:
+            claim, _ = self._held.popleft()
+            self._ack_snooze(claim, 0.0)
         # 2. Let running jobs finish, until the drain timeout or an abort.
         if self._running and not self._aborting.is_set():
             logger.info("waiting up to %g s for %d running jobs", cfg.drain_timeout, len(self._running),

@@ -525,3 +525,42 @@ def test_handler_defer_async_uses_the_worker_queue(pgq_dsn: str, db: DB) -> None
 
     asyncio.run(run_worker_until(app, all_finished, before=lambda q: parent.defer_async(n=3)))
     assert db.status_counts() == {"succeeded": 4}
+
+
+def test_prefetched_jobs_wait_for_a_slot_and_go_back_at_shutdown(pgq_dsn: str, db: DB) -> None:
+    """With prefetch, a worker holds more jobs than it runs: running never exceeds the concurrency,
+    and at shutdown the held jobs are back in `queued` at once, their claim's attempt given back."""
+    app = pgq.App(pgq_dsn)
+    running = 0
+    peak = 0
+    release = asyncio.Event()
+
+    @app.task
+    async def slow() -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await release.wait()
+        running -= 1
+
+    async def main() -> pgq.Worker:
+        worker = app.worker(concurrency=2, prefetch=3, drain_timeout=5, lease=60)
+        runner = asyncio.create_task(worker.run_async())
+        for _ in range(10):
+            await slow.defer_async()
+        await async_wait_for(lambda: asyncio.sleep(0, running == 2 and worker.stats["claimed"] == 2), 5,
+                             "two running")
+        await async_wait_for(lambda: asyncio.sleep(0, db.value(
+            "SELECT count(*) FROM pgq.jobs WHERE status = 'running'") == 5), 5, "three more held")
+        assert peak == 2  # held, not started
+        worker.stop()
+        await asyncio.sleep(0.2)
+        release.set()  # the two running ones finish within the drain timeout
+        await asyncio.wait_for(runner, 10)
+        return worker
+
+    worker = asyncio.run(main())
+    assert peak == 2
+    assert db.status_counts() == {"succeeded": 2, "queued": 8}
+    assert db.value("SELECT max(attempts) FROM pgq.jobs WHERE status = 'queued'") == 0
+    assert worker.stats["released"] == 3
