@@ -1,7 +1,7 @@
 -- job_fail: record failed attempts (a batch). Fenced like job_complete.
 -- A job with attempts left (and not failed as `final`) goes back to queued, due after `retry_in`
 -- seconds, or, when that is NULL, after an exponential backoff with jitter: 2^attempts seconds
--- (capped at one hour) times a random factor in [0.75, 1.25), never under 1 s. A job that used
+-- times a random factor in [0.75, 1.25), never under 1 s nor over one hour. A job that used
 -- its last attempt is terminally failed, which also frees its dedupe key.
 WITH failing AS (
     SELECT f.id, f.token, f.error, f.retry_in, f.final
@@ -15,7 +15,7 @@ SET status = CASE WHEN f.final OR j.attempts >= j.max_attempts
     run_at = CASE WHEN f.final OR j.attempts >= j.max_attempts THEN j.run_at
                   ELSE now() + make_interval(secs => coalesce(
                       f.retry_in,
-                      greatest(1.0, least(2.0 ^ j.attempts, 3600.0) * (0.75 + random() * 0.5))))
+                      greatest(1.0, least(2.0 ^ least(j.attempts, 20) * (0.75 + random() * 0.5), 3600.0))))
              END,
     last_error = f.error,
     lease_token = NULL,

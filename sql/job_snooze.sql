@@ -1,6 +1,7 @@
 -- job_snooze: put running attempts back to queued, due `delay_s` seconds from now, without spending
 -- an attempt (the claim's increment is given back). Used by jobs that poll an external system, and
 -- by a worker handing unfinished jobs back at shutdown (delay 0). Fenced like job_complete.
+WITH snoozed AS (
 UPDATE pgq.jobs j
 SET status = 'queued',
     run_at = now() + make_interval(secs => s.delay_s),
@@ -10,3 +11,12 @@ SET status = 'queued',
 FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(delays)b::double precision[]) AS s(id, token, delay_s)
 WHERE j.id = s.id AND j.lease_token = s.token AND j.status = 'running'
 RETURNING j.*
+),
+wake AS (
+    -- Jobs handed back due now (a worker shutting down) should not wait for the next poll of the
+    -- other workers.
+    SELECT count(pg_notify('pgq', CASE WHEN octet_length(q.queue) <= 1000 THEN q.queue ELSE '*' END)) AS n
+    FROM (SELECT DISTINCT z.queue FROM snoozed z WHERE z.run_at <= now()) q
+)
+SELECT z.*, (SELECT w.n FROM wake w) AS woke
+FROM snoozed z

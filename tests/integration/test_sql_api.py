@@ -117,3 +117,13 @@ def test_claim_statement_reads_the_claim_index_not_the_table(pgq_queue: Queue, p
     assert "Index Scan using jobs_claim_idx on jobs" in plan, plan
     assert "Seq Scan on jobs" not in plan, plan
     assert JobStatus.QUEUED.value == "queued"
+
+
+def test_released_jobs_wake_workers_but_snoozed_ones_do_not(pgq_queue: Queue, pgq_dsn: str) -> None:
+    pgq_queue.enqueue_many([JobSpec("k", queue="r"), JobSpec("k", queue="s")])
+    released, snoozed = sorted(pgq_queue.claim(worker="w", limit=2), key=lambda c: c.job.queue)
+    with psycopg.connect(pgq_dsn, autocommit=True) as listener:
+        listener.execute("LISTEN pgq")
+        pgq_queue.snooze(snoozed, 60)
+        pgq_queue.release([released])
+        assert _drain_notifies(listener) == [("pgq", "r")]
