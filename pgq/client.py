@@ -28,10 +28,6 @@ DEFAULT_LEASE = dt.timedelta(seconds=60)
 SpecLike = JobSpec | Mapping[str, Any]
 
 
-def _spec(kind: str, payload: JSON, **fields: Any) -> JobSpec:
-    return JobSpec(kind, payload, **fields)
-
-
 def _specs(specs: Iterable[SpecLike]) -> list[JobSpec]:
     out: list[JobSpec] = []
     for s in specs:
@@ -61,16 +57,12 @@ _RETRY_ARGS: dict[str, Any] = {
 }
 
 
-class _QueueBase:
-    """Argument handling shared by both clients (no I/O)."""
-
-    def _pool_kwargs(self) -> dict[str, Any]:
-        # autocommit: a single-statement operation is its own transaction (one round trip); the
-        # operations that need several statements open a transaction explicitly.
-        return {"autocommit": True}
+# autocommit: a single-statement operation is its own transaction (one round trip); the operations
+# that need several statements open a transaction explicitly.
+_POOL_KWARGS: dict[str, Any] = {"autocommit": True}
 
 
-class Queue(_QueueBase):
+class Queue:
     """Synchronous pgq client, usable as soon as it is constructed; thread-safe.
 
     `dsn_or_pool`: a libpq DSN (the queue opens a pool of `min_size`..`max_size` connections and
@@ -92,7 +84,7 @@ class Queue(_QueueBase):
         else:
             self._pool = ConnectionPool(
                 dsn_or_pool, min_size=min_size, max_size=max_size, timeout=timeout,
-                kwargs=self._pool_kwargs(), open=True, name="pgq",
+                kwargs=_POOL_KWARGS, open=True, name="pgq",
             )
             self._owns_pool = True
 
@@ -145,7 +137,7 @@ class Queue(_QueueBase):
         Raises InvalidJob (nothing written) for bad input. With `conn`, the job is written in the
         caller's transaction: it exists if and only if that transaction commits.
         """
-        spec = _spec(kind, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
+        spec = JobSpec(kind, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
                      dedupe_key=dedupe_key, watermark=watermark, max_attempts=max_attempts)
         return self._run(_ops.enqueue([spec]), conn)[0]
 
@@ -291,7 +283,7 @@ class Queue(_QueueBase):
         return self._run(_ops.list_jobs(status=status, queue=queue, kind=kind, limit=limit, before_id=before_id))
 
 
-class AsyncQueue(_QueueBase):
+class AsyncQueue:
     """asyncio pgq client: the methods of `Queue`, as coroutines, with the same contracts.
 
     `dsn_or_pool`: a DSN (the queue creates an AsyncConnectionPool; `close()` closes it) or an
@@ -312,7 +304,7 @@ class AsyncQueue(_QueueBase):
         else:
             self._pool = AsyncConnectionPool(
                 dsn_or_pool, min_size=min_size, max_size=max_size, timeout=timeout,
-                kwargs=self._pool_kwargs(), open=False, name="pgq",
+                kwargs=_POOL_KWARGS, open=False, name="pgq",
             )
             self._owns_pool = True
 
@@ -368,7 +360,7 @@ class AsyncQueue(_QueueBase):
         conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> int:
         """See `Queue.enqueue`."""
-        spec = _spec(kind, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
+        spec = JobSpec(kind, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
                      dedupe_key=dedupe_key, watermark=watermark, max_attempts=max_attempts)
         return (await self._run(_ops.enqueue([spec]), conn))[0]
 
