@@ -138,7 +138,7 @@ class Queue:
         caller's transaction: it exists if and only if that transaction commits.
         """
         spec = JobSpec(kind, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
-                     dedupe_key=dedupe_key, watermark=watermark, max_attempts=max_attempts)
+                       dedupe_key=dedupe_key, watermark=watermark, max_attempts=max_attempts)
         return self._run(_ops.enqueue([spec]), conn)[0]
 
     def enqueue_many(self, specs: Iterable[SpecLike], *, conn: psycopg.Connection[Any] | None = None) -> list[int]:
@@ -361,7 +361,7 @@ class AsyncQueue:
     ) -> int:
         """See `Queue.enqueue`."""
         spec = JobSpec(kind, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
-                     dedupe_key=dedupe_key, watermark=watermark, max_attempts=max_attempts)
+                       dedupe_key=dedupe_key, watermark=watermark, max_attempts=max_attempts)
         return (await self._run(_ops.enqueue([spec]), conn))[0]
 
     async def enqueue_many(
