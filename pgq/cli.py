@@ -425,6 +425,41 @@ def build_parser() -> argparse.ArgumentParser:
         help="workers to run, 1..16 (default: 2)",
     )
     p.set_defaults(handler=cmd_demo)
+
+    p = commands.add_parser(
+        "bench",
+        parents=[
+            _dsn_parent(
+                f"database to benchmark in (default: ${ENV_DSN}); it is migrated if needed, and the run's "
+                "jobs live in a fresh queue 'pgq-bench-<random>' that is deleted at the end"
+            )
+        ],
+        formatter_class=_Formatter,
+        help="measure enqueue, drain and wake-up latency; print one JSON line",
+        description=(
+            "Run one workload of the shared peer benchmark and print its result as one JSON line on\n"
+            "stdout (progress on stderr):\n"
+            "  w1  enqueue one job per call (default 5000 jobs, after 50 untimed calls)\n"
+            "  w2  enqueue in batches of 1000 (default 50000 jobs)\n"
+            "  w3  drain prefilled no-op jobs with worker subprocesses (default 20000 jobs); every job\n"
+            "      must succeed after exactly one attempt\n"
+            "  w4  wake-up latency of an idle worker, enqueue to handler start, 20 jobs/s (default 300)"
+        ),
+    )
+    p.add_argument("--workload", required=True, choices=["w1", "w2", "w3", "w4"], help="the workload to run")
+    p.add_argument(
+        "--jobs", metavar="N", type=_int_range("jobs", 1, 10_000_000), default=None,
+        help="number of jobs (default: 5000, 50000, 20000 or 300, by workload)",
+    )
+    p.add_argument(
+        "--processes", metavar="P", type=_int_range("processes", 1, 64), default=1,
+        help="worker processes for w3 (default: 1)",
+    )
+    p.add_argument(
+        "--concurrency", metavar="C", type=_int_range("concurrency", 1, 10_000), default=16,
+        help="concurrency of each worker, for w3 and w4 (default: 16)",
+    )
+    p.set_defaults(handler=cmd_bench)
     return parser
 
 
@@ -890,6 +925,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return demo.run_demo(
         dsn=None if raw is None else connect_dsn(raw), jobs=args.jobs, workers=args.workers, out=sys.stdout
     )
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """`pgq bench --workload W`: see pgq.bench.run_bench; a run that cannot be measured exits 1."""
+    from . import bench
+
+    dsn = connect_dsn(cast(str, resolve_dsn(args)))
+    try:
+        bench.run_bench(dsn, args.workload, jobs=args.jobs, processes=args.processes,
+                        concurrency=args.concurrency, out=sys.stdout, err=sys.stderr)
+    except bench.BenchFailed as exc:
+        raise CliError(f"bench {args.workload}: {one_line(exc)}") from None
+    return EXIT_OK
 
 
 # ---------------------------------------------------------------------------------------------
