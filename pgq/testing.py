@@ -106,6 +106,16 @@ class Server:
         with self.admin() as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
+    @contextlib.contextmanager
+    def scratch_database(self, prefix: str, template: str = "template0") -> Iterator[str]:
+        """Create a database `<prefix><random>` from `template`, yield its DSN, and drop it (FORCE)
+        on exit, whatever happened."""
+        name = self.create_database(prefix, template)
+        try:
+            yield dsn_with_dbname(self.dsn, name)
+        finally:
+            self.drop_database(name)
+
 
 def _docker_answers() -> bool:
     """Whether a Docker engine answers a ping within about two seconds (no engine: ~0.2 s)."""
@@ -203,21 +213,15 @@ def pgq_template_dsn(pgq_server: Server) -> Iterator[str]:
 def pgq_dsn(pgq_server: Server, pgq_template_dsn: str) -> Iterator[str]:
     """DSN of a fresh database at pgq's head revision, for this test only; dropped (FORCE) afterwards."""
     template = conninfo_to_dict(pgq_template_dsn)["dbname"]
-    name = pgq_server.create_database("pgq_t_", str(template))
-    try:
-        yield dsn_with_dbname(pgq_server.dsn, name)
-    finally:
-        pgq_server.drop_database(name)
+    with pgq_server.scratch_database("pgq_t_", str(template)) as dsn:
+        yield dsn
 
 
 @pytest.fixture
 def pgq_empty_dsn(pgq_server: Server) -> Iterator[str]:
     """DSN of a fresh empty database (from template0: nothing in it), dropped (FORCE) afterwards."""
-    name = pgq_server.create_database("pgq_e_", "template0")
-    try:
-        yield dsn_with_dbname(pgq_server.dsn, name)
-    finally:
-        pgq_server.drop_database(name)
+    with pgq_server.scratch_database("pgq_e_") as dsn:
+        yield dsn
 
 
 @pytest.fixture

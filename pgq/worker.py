@@ -65,6 +65,7 @@ __all__ = ["Worker", "WorkerConfig", "default_worker_name"]
 logger = logging.getLogger("pgq.worker")
 
 T = TypeVar("T")
+AckT = TypeVar("AckT")
 
 MAX_ERROR_CHARS: Final = 8000
 """Error texts (message and traceback) longer than this are cut in the middle."""
@@ -880,6 +881,15 @@ class Worker:
                 if len(self._inflight) - len(self._running) < self._max_backlog:
                     self._slot_freed()  # claims may have waited for this backlog to clear
 
+    async def _ack(self, op: _ops.Operation[AckT], items: Sequence[tuple[Any, ...]]) -> AckT | None:
+        """Run one acknowledgement statement; on a connection error report it and return None (the
+        caller keeps `items` to send again: every acknowledgement is fenced, so resending is safe)."""
+        try:
+            return await self._queue._run(op)
+        except (psycopg.OperationalError, psycopg.errors.QueryCanceled) as exc:
+            self._ack_error(exc, items)
+            return None
+
     async def _send(self, batch: _Acks) -> _Acks:
         """Send a batch (one statement per kind of outcome); return what could not be sent."""
         ids = [c.id for c in batch.claims()]
@@ -887,11 +897,9 @@ class Worker:
         unsent = _Acks()
         try:
             if batch.completes:
-                try:
-                    done = await self._queue._run(_ops.complete([(c, r, None) for c, r in batch.completes],
-                                                                raise_lost=False))
-                except (psycopg.OperationalError, psycopg.errors.QueryCanceled) as exc:
-                    self._ack_error(exc, batch.completes)
+                done = await self._ack(_ops.complete([(c, r, None) for c, r in batch.completes], raise_lost=False),
+                                       batch.completes)
+                if done is None:
                     unsent.completes = batch.completes
                 else:
                     for claim, _ in batch.completes:
@@ -900,10 +908,8 @@ class Worker:
                             self._counts["succeeded" if status == JobStatus.SUCCEEDED else "retried"] += 1
                         self._settled(claim, status is not None, "complete")
             if batch.fails:
-                try:
-                    failed = await self._queue._run(_ops.fail(batch.fails, raise_lost=False))
-                except (psycopg.OperationalError, psycopg.errors.QueryCanceled) as exc:
-                    self._ack_error(exc, batch.fails)
+                failed = await self._ack(_ops.fail(batch.fails, raise_lost=False), batch.fails)
+                if failed is None:
                     unsent.fails = batch.fails
                 else:
                     for claim, _, retry_in, _ in batch.fails:
@@ -916,10 +922,8 @@ class Worker:
                                 self._counts["failed"] += 1
                         self._settled(claim, job is not None, "fail")
             if batch.snoozes:
-                try:
-                    snoozed = await self._queue._run(_ops.snooze(batch.snoozes, raise_lost=False))
-                except (psycopg.OperationalError, psycopg.errors.QueryCanceled) as exc:
-                    self._ack_error(exc, batch.snoozes)
+                snoozed = await self._ack(_ops.snooze(batch.snoozes, raise_lost=False), batch.snoozes)
+                if snoozed is None:
                     unsent.snoozes = batch.snoozes
                 else:
                     for claim, delay in batch.snoozes:

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from pgq import migrate
-from pgq.testing import Server, dsn_with_dbname
+from pgq.testing import Server
 
 pytestmark = pytest.mark.slow
 
@@ -65,11 +65,8 @@ def venv(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
 @pytest.fixture
 def second_empty_dsn(pgq_server: Server) -> Iterator[str]:
     """One more empty database, dropped afterwards."""
-    name = pgq_server.create_database("pgq_e_", "template0")
-    try:
-        yield dsn_with_dbname(pgq_server.dsn, name)
-    finally:
-        pgq_server.drop_database(name)
+    with pgq_server.scratch_database("pgq_e_") as dsn:
+        yield dsn
 
 
 def test_wheel_contains_sql_and_alembic_environment(wheel: Path) -> None:
