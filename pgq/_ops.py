@@ -17,7 +17,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 
 from . import _sql
 from .errors import CONSTRAINT_MESSAGES, InvalidJob, InvalidState, LeaseLost, NotFound, NotMigrated
@@ -25,12 +25,13 @@ from .models import Claim, Job, JobSpec, JobStatus, encode_json, positive_second
 
 T = TypeVar("T")
 
-Fetch = Literal["rows", "rowcount", "none"]
+Fetch = Literal["rows", "tuples", "rowcount", "none"]
 
 
 @dataclass(frozen=True, slots=True)
 class Stmt:
-    """Run `sql/<name>.sql` with `params`; the operation receives rows (dicts) or the row count."""
+    """Run `sql/<name>.sql` with `params`; the operation receives rows (dicts, or tuples for the
+    hot paths that read many rows), the row count, or None."""
 
     name: str
     params: dict[str, Any]
@@ -124,9 +125,10 @@ def claim(
     kind_list = _text_list("kinds", kinds)
     lease_td = dt.timedelta(seconds=lease_s)
 
-    def to_claims(rows: list[dict[str, Any]]) -> list[Claim]:
-        claims = [Claim(job=job, token=str(job.lease_token), lease=lease_td) for job in map(Job.from_row, rows)]
-        claims.sort(key=lambda c: (c.job.priority, c.job.run_at, c.job.id))
+    def to_claims(rows: list[tuple[Any, ...]]) -> list[Claim]:
+        claims = [Claim(job, job.lease_token or "", lease_td) for job in map(Job.from_tuple, rows)]
+        if len(claims) > 1:
+            claims.sort(key=_claim_order)
         return claims
 
     def general(wanted: int) -> Steps[list[Claim]]:
@@ -142,13 +144,14 @@ def claim(
                 "limited_kinds": [r["kind"] for r in locked],
                 "limited_max": [r["max_running"] for r in locked],
             },
+            fetch="tuples",
         )
         return to_claims(rows)
 
     def fast() -> Steps[list[Claim]]:
         assert queue_list is not None
         rows = yield Stmt("job_claim_fast", {"queue": queue_list[0], "kinds": kind_list, "limit": limit,
-                                             "lease_s": lease_s, "worker": worker})
+                                             "lease_s": lease_s, "worker": worker}, fetch="tuples")
         return to_claims(rows)
 
     def rest(first: list[Claim]) -> Operation[list[Claim]] | None:
@@ -162,6 +165,11 @@ def claim(
     if queue_list is not None and len(queue_list) == 1:
         return Operation("job_claim", fast, then=rest)
     return Operation("job_claim", lambda: general(limit), transaction=True)
+
+
+def _claim_order(claim: Claim) -> tuple[int, dt.datetime, int]:
+    job = claim.job
+    return job.priority, job.run_at, job.id
 
 
 def complete(
@@ -446,9 +454,10 @@ def run_sync(conn: psycopg.Connection[Any], op: Operation[T], *, own_transaction
             steps = current.steps()
             step = _step(steps, None, None)
             while isinstance(step, Stmt):
+                cur.row_factory = tuple_row if step.fetch == "tuples" else dict_row
                 try:
                     cur.execute(_sql.query(step.name), step.params)
-                    got = cur.fetchall() if step.fetch == "rows" else _count(cur, step)
+                    got = cur.fetchall() if step.fetch in _FETCHING else _count(cur, step)
                 except psycopg.Error as exc:
                     step = _step(steps, None, exc)
                 else:
@@ -470,9 +479,10 @@ async def run_async(conn: psycopg.AsyncConnection[Any], op: Operation[T], *, own
             steps = current.steps()
             step = _step(steps, None, None)
             while isinstance(step, Stmt):
+                cur.row_factory = tuple_row if step.fetch == "tuples" else dict_row
                 try:
                     await cur.execute(_sql.query(step.name), step.params)
-                    got = await cur.fetchall() if step.fetch == "rows" else _count(cur, step)
+                    got = await cur.fetchall() if step.fetch in _FETCHING else _count(cur, step)
                 except psycopg.Error as exc:
                     step = _step(steps, None, exc)
                 else:
@@ -480,6 +490,9 @@ async def run_async(conn: psycopg.AsyncConnection[Any], op: Operation[T], *, own
             result = step.value
         current = current.then(result) if current.then is not None else None
     return result
+
+
+_FETCHING = ("rows", "tuples")
 
 
 @dataclass(frozen=True, slots=True)

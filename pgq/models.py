@@ -40,6 +40,7 @@ class JobStatus(enum.StrEnum):
             raise InvalidJob(f"unknown status {value!r} (expected one of: {valid})") from None
 
 
+_STATUS = {s.value: s for s in JobStatus}
 ACTIVE = (JobStatus.QUEUED, JobStatus.RUNNING)
 FINISHED = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
 
@@ -77,6 +78,12 @@ class Job:
         token = values.get("lease_token")
         values["lease_token"] = None if token is None else str(token)
         return cls(**{name: values[name] for name in cls.__slots__})
+
+    @classmethod
+    def from_tuple(cls, row: tuple[Any, ...]) -> Job:
+        """Build a Job from every job column in table order (this class's field order), with
+        `status` and `lease_token` read as text: the claim's fast path, one call per claimed job."""
+        return cls(row[0], row[1], row[2], row[3], row[4], _STATUS[row[5]], *row[6:])
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,6 +72,11 @@ MAX_ERROR_CHARS: Final = 8000
 
 _DAY = 86400.0
 
+PREFETCH_HORIZON: Final = 0.1
+"""Adaptive prefetch holds about this many seconds of work (at the rate jobs start)."""
+PREFETCH_MAX: Final = 512
+"""Adaptive prefetch never holds more jobs than this (or than `concurrency`, when larger)."""
+
 
 def default_worker_name() -> str:
     """`<hostname>-<pid>`: the default `claimed_by` of a worker."""
@@ -463,6 +468,8 @@ class Worker:
         self._inflight: dict[int, Claim] = {}  # claimed and not yet acknowledged (heartbeat these)
         self._held: collections.deque[tuple[Claim, float]] = collections.deque()  # prefetched, not started
         self._prefetch = cfg.concurrency if cfg.prefetch is None else cfg.prefetch
+        self._rate_since = time.monotonic()  # adaptive prefetch: jobs started since then
+        self._rate_started = 0
         self._acking: set[int] = set()  # in a flush being sent right now
         self._uncertain: set[int] = set()  # in a flush whose outcome a connection error hid
         self._abandoned = 0  # sync handlers abandoned after a timeout, still holding their thread
@@ -576,11 +583,15 @@ class Worker:
                     self._ready = True
                     self._ready_gen += 1
                 free = self._free_slots() - self._claiming
-                backlog = len(self._inflight) - len(self._running)
-                # A claim in flight already asks for every slot that was free when it started. Another
-                # one may overlap it (claims are bound by round trips, not by the database), but only
-                # for a worthwhile batch, so that claims never degenerate into one per finished job.
-                wanted = 1 if not self._claims else max(1, cfg.concurrency // 4)
+                backlog = len(self._inflight) - len(self._running) - len(self._held)  # finished, not acked
+                # Claim at once when a slot would otherwise sit idle; else only once the prefetch buffer
+                # has half emptied, so that claims stay big (one round trip for many jobs) instead of
+                # degenerating into one per finished job. A claim in flight already asks for every slot
+                # free when it started; another may overlap it (claims are bound by round trips, not by
+                # the database), but only for a worthwhile batch.
+                idle = cfg.concurrency - len(self._running) - self._abandoned - len(self._held) - self._claiming
+                batch = max(1, self._prefetch // 2)
+                wanted = (1 if idle > 0 else batch) if not self._claims else max(batch, cfg.concurrency // 4)
                 if (self._ready and free >= wanted and self._claims < cfg.claims_in_flight
                         and now >= self._claim_pause_until and backlog < self._max_backlog):
                     self._claiming += free
@@ -639,6 +650,7 @@ class Worker:
             self._inflight[claim.id] = claim  # leased from now on: heartbeated, released at shutdown
             self._held.append((claim, now))
         self._start_held()
+        self._adapt_prefetch(now)
         if len(claims) < limit and generation == self._ready_gen:
             # Nothing more is ready (unless a NOTIFY or a timer came meanwhile: the generation says).
             # Sleep until the next poll, or until the earliest scheduled job when that is sooner.
@@ -652,6 +664,20 @@ class Worker:
             if at < self._poll_at or self._poll_at <= now:
                 self._poll_at = at
             self._wake.set()
+
+    def _adapt_prefetch(self, now: float) -> None:
+        """Adaptive prefetch (`prefetch=None`): hold about PREFETCH_HORIZON seconds of work, judged by
+        the rate jobs started at since the last look, never less than `concurrency` nor more than
+        `max(concurrency, PREFETCH_MAX)`. Fast jobs get big claims (few round trips per job); slow
+        jobs keep the buffer small, so that other workers are not starved of a shallow queue."""
+        elapsed = now - self._rate_since
+        if self.config.prefetch is not None or elapsed < 0.05:
+            return
+        started = self._counts["claimed"]
+        rate = (started - self._rate_started) / elapsed
+        self._rate_since, self._rate_started = now, started
+        cfg = self.config
+        self._prefetch = max(cfg.concurrency, min(int(rate * PREFETCH_HORIZON), max(cfg.concurrency, PREFETCH_MAX)))
 
     def _fail_fatally(self, exc: BaseException) -> None:
         if self._fatal is None:
@@ -690,7 +716,6 @@ class Worker:
 
     def _start(self, claim: Claim, claimed_at: float) -> None:
         self._counts["claimed"] += 1
-        self._inflight[claim.id] = claim
         run = _Running(claim, claimed_at)
         self._running[claim.id] = run
         run.task = asyncio.get_running_loop().create_task(self._execute(run))
