@@ -454,7 +454,7 @@ def run_sync(conn: psycopg.Connection[Any], op: Operation[T], *, own_transaction
             steps = current.steps()
             step = _step(steps, None, None)
             while isinstance(step, Stmt):
-                cur.row_factory = tuple_row if step.fetch == "tuples" else dict_row
+                cur.row_factory = _ROW_FACTORY[step.fetch]
                 try:
                     cur.execute(_sql.query(step.name), step.params)
                     got = cur.fetchall() if step.fetch in _FETCHING else _count(cur, step)
@@ -479,7 +479,7 @@ async def run_async(conn: psycopg.AsyncConnection[Any], op: Operation[T], *, own
             steps = current.steps()
             step = _step(steps, None, None)
             while isinstance(step, Stmt):
-                cur.row_factory = tuple_row if step.fetch == "tuples" else dict_row
+                cur.row_factory = _ROW_FACTORY[step.fetch]
                 try:
                     await cur.execute(_sql.query(step.name), step.params)
                     got = await cur.fetchall() if step.fetch in _FETCHING else _count(cur, step)
@@ -493,6 +493,7 @@ async def run_async(conn: psycopg.AsyncConnection[Any], op: Operation[T], *, own
 
 
 _FETCHING = ("rows", "tuples")
+_ROW_FACTORY: dict[Fetch, Any] = {"rows": dict_row, "tuples": tuple_row, "rowcount": dict_row, "none": dict_row}
 
 
 @dataclass(frozen=True, slots=True)
