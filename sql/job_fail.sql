@@ -22,5 +22,6 @@ SET status = CASE WHEN f.final OR j.attempts >= j.max_attempts
     lease_expires_at = NULL,
     finished_at = CASE WHEN f.final OR j.attempts >= j.max_attempts THEN now() END
 FROM failing f
-WHERE j.id = f.id AND j.lease_token = f.token AND j.status = 'running'
+-- Matched by id and token only, never `status = 'running'`: see job_complete.sql.
+WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = f.id AND j.lease_token = f.token
 RETURNING j.*

@@ -5,5 +5,6 @@ UPDATE pgq.jobs j
 SET lease_expires_at = now() + make_interval(secs => h.lease_s)
 FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(lease_s)b::double precision[])
      AS h(id, token, lease_s)
-WHERE j.id = h.id AND j.lease_token = h.token AND j.status = 'running'
+-- Matched by id and token only, never `status = 'running'`: see job_complete.sql.
+WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = h.id AND j.lease_token = h.token
 RETURNING j.id, j.lease_expires_at

@@ -9,7 +9,8 @@ SET status = 'queued',
     lease_token = NULL,
     lease_expires_at = NULL
 FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(delays)b::double precision[]) AS s(id, token, delay_s)
-WHERE j.id = s.id AND j.lease_token = s.token AND j.status = 'running'
+-- Matched by id and token only, never `status = 'running'`: see job_complete.sql.
+WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = s.id AND j.lease_token = s.token
 RETURNING j.*
 ),
 wake AS (

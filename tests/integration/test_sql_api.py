@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import psycopg
+import pytest
 
 from pgq import JobSpec, JobStatus, Queue
 
@@ -117,6 +119,34 @@ def test_claim_statement_reads_the_claim_index_not_the_table(pgq_queue: Queue, p
     assert "Index Scan using jobs_claim_idx on jobs" in plan, plan
     assert "Seq Scan on jobs" not in plan, plan
     assert JobStatus.QUEUED.value == "queued"
+
+
+@pytest.mark.parametrize("name", ["job_complete", "job_fail", "job_heartbeat", "job_snooze"])
+def test_acknowledgements_probe_the_primary_key_not_the_running_index(
+    pgq_queue: Queue, pgq_dsn: str, db: SQL, name: str
+) -> None:
+    """Statistics taken while nothing ran (as after a routine VACUUM ANALYZE) make jobs_running_idx look
+    empty; an acknowledgement that read it would visit every entry left by jobs finished since the
+    last vacuum, growing slower with each batch. Each acknowledged row must be a probe of jobs_pkey."""
+    from pgq import _sql
+
+    pgq_queue.enqueue_many([JobSpec("k", queue="q") for _ in range(20_000)])
+    db("VACUUM ANALYZE pgq.jobs")
+    claims = pgq_queue.claim(worker="w", queues=["q"], limit=200)
+    ids, tokens = [c.id for c in claims], [c.token for c in claims]
+    params: dict[str, dict[str, Any]] = {
+        "job_complete": {"ids": ids, "tokens": tokens, "results": [None] * 200, "watermarks": [None] * 200},
+        "job_fail": {"ids": ids, "tokens": tokens, "errors": ["e"] * 200, "retry_in": [None] * 200,
+                     "finals": [False] * 200},
+        "job_heartbeat": {"ids": ids, "tokens": tokens, "lease_s": [60.0] * 200},
+        "job_snooze": {"ids": ids, "tokens": tokens, "delays": [1.0] * 200},
+    }
+    with psycopg.connect(pgq_dsn) as conn:
+        rows = conn.execute(b"EXPLAIN " + _sql.query(name).encode(), params[name]).fetchall()
+    plan = "\n".join(r[0] for r in rows)
+    assert "jobs_pkey" in plan, plan
+    assert "jobs_running_idx" not in plan, plan
+    assert "Seq Scan on jobs" not in plan, plan
 
 
 def test_released_jobs_wake_workers_but_snoozed_ones_do_not(pgq_queue: Queue, pgq_dsn: str) -> None:
