@@ -17,19 +17,21 @@ from __future__ import annotations
 import functools
 import io
 import logging
+import re
 import threading
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import alembic.command
-import alembic.context
-import alembic.op
 import psycopg
-from alembic.config import Config
-from alembic.script import ScriptDirectory
 from psycopg.conninfo import conninfo_to_dict
 
 from ._sql import data_dir, schema_file
 from .errors import NotMigrated
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# alembic (and SQLAlchemy under it) is imported only by the functions that migrate: a worker or a
+# CLI command that merely checks the schema is current starts half a second sooner without it.
 
 __all__ = [
     "MIGRATION_LOCK_KEY",
@@ -61,6 +63,8 @@ _alembic_lock = threading.Lock()
 
 def _config(dsn: str | None, output_buffer: io.StringIO | None = None) -> Config:
     """Build the alembic Config of pgq's environment. The DSN travels in `config.attributes`."""
+    from alembic.config import Config
+
     # Whatever alembic would print goes nowhere; pgq reports through logging.
     config = Config(output_buffer=output_buffer, stdout=io.StringIO())
     # The ini parser interpolates '%': a path containing one must double it.
@@ -92,17 +96,30 @@ def _read_revisions(conn: psycopg.Connection[Any]) -> list[str]:
     return [r[0] for r in conn.execute("SELECT version_num FROM pgq.alembic_version ORDER BY 1")]
 
 
+_REVISION_LINE = re.compile(r"^(revision|down_revision)\b[^=]*=\s*(?:None|['\"]([^'\"]+)['\"])", re.MULTILINE)
+
+
 @functools.cache
 def head_revision() -> str:
     """Return the newest revision this installation of pgq ships (e.g. ``"0001"``).
 
-    Reads the revision files once per process; touches no database. Raises FileNotFoundError when
-    the installation lacks its alembic directory.
+    Reads the `revision` and `down_revision` lines of the revision files once per process, without
+    importing alembic (tests check the answer equals alembic's own); touches no database. Raises
+    FileNotFoundError when the installation lacks its alembic directory, RuntimeError when the files
+    do not form one line of history.
     """
-    head = ScriptDirectory.from_config(_config(None)).get_current_head()
-    if head is None:  # pgq always ships at least one revision
-        raise RuntimeError("pgq's alembic environment has no revisions")
-    return head
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for path in (data_dir("alembic") / "versions").glob("*.py"):
+        fields = {m.group(1): m.group(2) for m in _REVISION_LINE.finditer(path.read_text(encoding="utf-8"))}
+        if fields.get("revision"):
+            revisions.add(fields["revision"])
+            if fields.get("down_revision"):
+                parents.add(fields["down_revision"])
+    heads = revisions - parents
+    if len(heads) != 1:
+        raise RuntimeError(f"pgq's alembic revisions must have exactly one head, found {sorted(heads) or 'none'}")
+    return heads.pop()
 
 
 def current_revision(dsn: str) -> str | None:
@@ -126,6 +143,8 @@ def upgrade(dsn: str, revision: str = "head") -> None:
     database cannot be reached or the DDL fails (the transaction is then rolled back: nothing changed),
     and alembic.util.CommandError for an unknown revision.
     """
+    import alembic.command
+
     logger.info("upgrading %s to %s", _database_name(dsn), revision)
     with _alembic_lock:
         alembic.command.upgrade(_config(dsn), revision)
@@ -140,6 +159,8 @@ def downgrade(dsn: str, revision: str) -> None:
     when the database cannot be reached or the DDL fails (nothing changed), and
     alembic.util.CommandError for an unknown revision.
     """
+    import alembic.command
+
     logger.info("downgrading %s to %s", _database_name(dsn), revision)
     with _alembic_lock:
         alembic.command.downgrade(_config(dsn), revision)
@@ -155,6 +176,8 @@ def upgrade_sql(dsn: str | None = None) -> str:
     `pgq.alembic_version`. Nothing is executed. When the database is already at the head revision the
     script is only a comment saying so.
     """
+    import alembic.command
+
     head = head_revision()
     start = current_revision(dsn) if dsn is not None else None
     if start == head:
@@ -200,6 +223,9 @@ def execute_schema_file(name: str) -> None:
     Offline (`--sql`, `upgrade_sql`), the text is written verbatim to the script. Only valid while an
     alembic revision runs; raises psycopg errors when the DDL fails.
     """
+    import alembic.context
+    import alembic.op
+
     text = schema_file(name)
     if alembic.context.is_offline_mode():
         alembic.op.get_context().impl.static_output(text.rstrip("\n"))

@@ -360,3 +360,23 @@ def test_ensure_migrated_passes_at_head_inside_an_open_transaction(pgq_dsn: str)
     with psycopg.connect(pgq_dsn, autocommit=True) as conn:
         migrate.ensure_migrated(conn)
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_head_revision_read_without_alembic_equals_alembics_own_head() -> None:
+    """`head_revision` parses the revision files itself (workers start without importing alembic);
+    it must agree with alembic's reading of the same files."""
+    from alembic.script import ScriptDirectory
+
+    alembic_head = ScriptDirectory.from_config(migrate._config(None)).get_current_head()
+    assert migrate.head_revision() == alembic_head
+
+
+def test_checking_the_schema_does_not_import_alembic(pgq_dsn: str) -> None:
+    """A worker or CLI command that only checks the schema must not pay for importing alembic."""
+    code = (
+        "import sys, psycopg; from pgq import migrate; "
+        f"conn = psycopg.connect({pgq_dsn!r}, autocommit=True); migrate.ensure_migrated(conn); "
+        "print('alembic' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
