@@ -60,7 +60,7 @@ def _script(names: RoleNames) -> sql.Composed:
     template = (data_dir("sql") / "roles" / "pgq_roles.sql").read_text(encoding="utf-8")
     # Role names are identifiers, which cannot be bound parameters: they are quoted by psycopg
     # (Identifier) where SQL names a role and passed as literals (Literal) where SQL compares names.
-    return sql.SQL(template).format(  # type: ignore[arg-type]  # pgq's own file, never user input
+    return sql.SQL(template).format(  # pgq's own file, never user input
         producer=sql.Identifier(names.producer),
         worker=sql.Identifier(names.worker),
         admin=sql.Identifier(names.admin),

@@ -172,7 +172,8 @@ def test_producer_enqueues_and_reads_through_python_and_sql(roles: Roles) -> Non
         assert conn.execute("SELECT ready FROM pgq.queue_stats").fetchall() == [(5,)]
         assert conn.execute("SELECT count(*) FROM pgq.job_counts").fetchall() == [(2,)]
     assert same == keyed
-    state = rows(roles.dsn, "SELECT id, input_watermark FROM pgq.jobs WHERE id IN (%s, %s) ORDER BY id", [keyed, sql_id])
+    state = rows(roles.dsn, "SELECT id, input_watermark FROM pgq.jobs WHERE id IN (%s, %s) ORDER BY id",
+                 [keyed, sql_id])
     assert state == [{"id": keyed, "input_watermark": 7}, {"id": sql_id, "input_watermark": None}]
 
 
@@ -354,7 +355,8 @@ def test_worker_process_as_worker_role_runs_jobs_and_skips_retention_saying_why(
     assert (bad["status"], bad["attempts"]) == ("failed", 1)
     assert "task 'greet'" in bad["last_error"] and "'nom'" in bad["last_error"]
     assert (good["status"], good["result"]) == ("succeeded", "hello pgq")
-    assert rows(roles.dsn, "SELECT kind, max_running FROM pgq.concurrency_limits") == [{"kind": "add", "max_running": 2}]
+    limits = rows(roles.dsn, "SELECT kind, max_running FROM pgq.concurrency_limits")
+    assert limits == [{"kind": "add", "max_running": 2}]
     [refusal] = [r for r in caplog.records if getattr(r, "event", None) == "maintenance_refused"]
     message = refusal.getMessage()
     assert "maintenance step retention disabled" in message and "permission denied" in message
@@ -392,5 +394,5 @@ def test_worker_connected_as_producer_stops_with_a_clear_error(roles: Roles) -> 
     def noop() -> None:
         pass
 
-    with pytest.raises(pgq.PgqError, match="may not claim jobs .*grant it pgq_worker"):
+    with pytest.raises(pgq.PgqError, match=r"may not claim jobs .*grant it pgq_worker"):
         app.worker(dsn=roles.producer, queues=["q"], poll_interval=0.1).run()
