@@ -7,7 +7,9 @@ Both modes emit the same preamble inside the migration transaction:
 1. `pg_advisory_xact_lock(MIGRATION_LOCK_KEY)`: migrations of one database serialize, whoever runs
    them. Taken first, because even `CREATE SCHEMA IF NOT EXISTS` fails when two run at once.
 2. `CREATE SCHEMA IF NOT EXISTS pgq`: the version table lives there and alembic creates it before
-   the first revision runs.
+   the first revision runs. Only when the schema is missing: Postgres checks CREATE on the database
+   even when the schema exists, and pgq's admin role (`pgq roles`) owns the schema but has no right
+   to create schemas.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from pgq.migrate import MIGRATION_LOCK_KEY, VERSION_SCHEMA, VERSION_TABLE, logge
 
 PREAMBLE = (
     f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})",
-    f"CREATE SCHEMA IF NOT EXISTS {VERSION_SCHEMA}",
+    f"DO $schema$ BEGIN IF to_regnamespace('{VERSION_SCHEMA}') IS NULL THEN "
+    f"CREATE SCHEMA IF NOT EXISTS {VERSION_SCHEMA}; END IF; END $schema$",
 )
 
 # Common to both modes. One transaction for the whole run: Postgres has transactional DDL, so a

@@ -530,6 +530,11 @@ def _translate(exc: psycopg.Error) -> BaseException:
         message = CONSTRAINT_MESSAGES.get(exc.diag.constraint_name or "")
         if message:
             mapped = InvalidJob(message)
+    elif isinstance(exc, pg_errors.ProgramLimitExceeded):
+        # A btree entry holds at most 2704 bytes (after compression): queue names and dedupe keys
+        # are indexed, so a huge one fails the statement, which wrote nothing.
+        mapped = InvalidJob(f"a value is too large for pgq's indexes ({exc.diag.message_primary}): keep queue "
+                            "names and dedupe keys under about 2 KB")
     if mapped is not exc:
         mapped.__cause__ = exc
     return mapped

@@ -308,7 +308,13 @@ class Task:
         try:
             self.signature.bind(**payload)
         except TypeError as exc:
-            raise InvalidJob(f"task {self.name!r}: bad arguments: {exc}") from None
+            # inspect names one problem; a payload with a misspelt key has two (a missing argument
+            # and an unexpected one), and the misspelling is the one worth showing.
+            params = self.signature.parameters
+            unexpected = [] if any(p.kind is p.VAR_KEYWORD for p in params.values()) else [
+                repr(k) for k in payload if k not in params or params[k].kind is inspect.Parameter.POSITIONAL_ONLY]
+            extra = f" (unexpected: {', '.join(unexpected)})" if unexpected and "unexpected" not in str(exc) else ""
+            raise InvalidJob(f"task {self.name!r}: bad arguments: {exc}{extra}") from None
         if len(self._fitting) < 64:
             self._fitting.add(names)
         return payload

@@ -150,6 +150,7 @@ examples:
   pgq migrate
   pgq enqueue email.send --payload '{"to": "a@example.com"}'
   pgq worker myapp.tasks:app --concurrency 8
+  pgq roles > roles.sql              # least-privilege roles, for a DBA
   pgq status
   pgq demo"""
 
@@ -209,6 +210,34 @@ def build_parser() -> argparse.ArgumentParser:
         "schema, with one it starts at the database's current revision",
     )
     p.set_defaults(handler=cmd_migrate)
+
+    p = commands.add_parser(
+        "roles",
+        parents=[_dsn_parent("with --apply: the database to run the script in (default: $PGQ_DSN)")],
+        formatter_class=_Formatter,
+        help="print (or --apply) the SQL that creates pgq's least-privilege roles",
+        description=(
+            "Print the SQL script a DBA runs once per database (and again after each `pgq migrate`)\n"
+            "to set up three NOLOGIN roles, then grant them to service accounts:\n"
+            "  PREFIXproducer  enqueue (pgq.enqueue) and read jobs; cannot change or delete any job\n"
+            "  PREFIXworker    a producer that also claims, finishes, heartbeats and rescues jobs,\n"
+            "                  enqueues periodic ticks and sets concurrency limits; it cannot cancel,\n"
+            "                  retry, delete (workers with only this role skip retention) or alter tables\n"
+            "  PREFIXadmin     owns schema pgq and its objects: cancel, retry, purge, migrate\n"
+            "Roles missing are created (needs CREATEROLE; roles are cluster-wide), ownership of pgq's\n"
+            "objects moves to the admin role (needs a superuser or their owner), grants are reset to\n"
+            "exactly these. One transaction, idempotent; nothing outside schema pgq is touched."
+        ),
+    )
+    p.add_argument(
+        "--prefix", metavar="PREFIX", default="pgq_",
+        help="role names are PREFIXproducer, PREFIXworker, PREFIXadmin (default: pgq_)",
+    )
+    p.add_argument(
+        "--apply", action="store_true",
+        help="run the script on the database (--dsn or $PGQ_DSN, migrated first) instead of printing it",
+    )
+    p.set_defaults(handler=cmd_roles)
 
     p = commands.add_parser(
         "worker",
@@ -657,6 +686,24 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     migrate.upgrade(dsn)
     now_at = migrate.current_revision(dsn)
     print(f"done in {time.monotonic() - started:.2f} s: {where} is at revision {now_at} (head)")
+    return EXIT_OK
+
+
+def cmd_roles(args: argparse.Namespace) -> int:
+    """`pgq roles [--apply]`: print the least-privilege roles script, or run it on the database."""
+    from . import roles
+
+    try:
+        names = roles.RoleNames.with_prefix(args.prefix)
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    if not args.apply:
+        sys.stdout.write(roles.roles_sql(args.prefix))
+        return EXIT_OK
+    dsn = connect_dsn(cast(str, resolve_dsn(args)))
+    check_database(dsn)
+    roles.apply_roles(dsn, args.prefix)
+    print(f"{describe_dsn(dsn)}: roles {names.producer}, {names.worker} and {names.admin} are set up")
     return EXIT_OK
 
 

@@ -194,13 +194,23 @@ class PeriodicEnqueuer:
         return max(wait, 0.0) + 0.005
 
 
+# What happens instead when the database refuses a step to the worker's role.
+_REFUSED_HINTS: Final = {
+    "rescue": "expired leases are rescued by the other workers (grant pgq_worker to this one's role)",
+    "periodic": "periodic jobs are enqueued by the other workers (grant pgq_worker to this one's role)",
+    "retention": "finished jobs stay until `pgq purge` runs as pgq_admin (workers with only pgq_worker "
+                 "may not delete jobs)",
+}
+
+
 class Maintenance:
     """Runs the three steps forever at their intervals (until cancelled). Owned by a Worker.
 
     `rescue_interval`: seconds between rescue runs (a worker passes half its lease). `retention`:
     seconds after which finished jobs are deleted (None: never), checked every `retention_interval`.
     Periodic runs follow the ticks. A failing step (database down) is logged and retried with
-    backoff; it never ends the loop, except NotMigrated, which is raised.
+    backoff; it never ends the loop, except NotMigrated, which is raised. A step the database refuses
+    to the worker's role (InsufficientPrivilege) is logged once and not run again by this worker.
     """
 
     def __init__(
@@ -242,6 +252,13 @@ class Maintenance:
                 failures = 0
             except NotMigrated:
                 raise
+            except psycopg.errors.InsufficientPrivilege as exc:
+                # The worker's role may not do this step (pgq_worker may not purge): say so once and
+                # leave the step to whoever may; retrying could never succeed.
+                logger.warning("maintenance step %s disabled in this worker: %s; %s", step,
+                               " ".join(str(exc).split()), _REFUSED_HINTS[step],
+                               extra={"event": "maintenance_refused", "step": step})
+                due[step] = float("inf")
             except (psycopg.OperationalError, psycopg.errors.QueryCanceled) as exc:
                 failures += 1
                 backoff = min(0.2 * 2**failures, 10.0) * (0.5 + random.random())

@@ -624,6 +624,11 @@ class Worker:
         except NotMigrated as exc:
             self._fail_fatally(exc)
             return
+        except psycopg.errors.InsufficientPrivilege as exc:
+            # Without the right to claim, a worker can do nothing at all: stop with the reason.
+            self._fail_fatally(PgqError(f"this worker's role may not claim jobs ({_one_line(exc)}); "
+                                        "grant it pgq_worker (see `pgq roles`)"))
+            return
         except (psycopg.OperationalError, psycopg.errors.QueryCanceled) as exc:
             self._claim_failures += 1
             self._claim_pause_until = time.monotonic() + self._trouble("claim", self._claim_failures, exc)
@@ -691,7 +696,14 @@ class Worker:
         while limits and not self._stopping.is_set():
             try:
                 for kind, limit in limits:
-                    await self._queue.set_concurrency_limit(kind, limit)
+                    try:
+                        await self._queue.set_concurrency_limit(kind, limit)
+                    except psycopg.errors.InsufficientPrivilege as exc:
+                        # A role without the right (granted to pgq_worker) still runs jobs: the limit
+                        # the database holds, if any, is the one claims obey.
+                        logger.warning("cannot set the concurrency limit of task %s to %d: %s; claims obey "
+                                       "the limit stored in the database, if any", kind, limit, _one_line(exc),
+                                       extra={"event": "concurrency_limit_refused", "kind": kind})
                 return
             except NotMigrated:
                 raise

@@ -358,6 +358,7 @@ DATABASE_COMMANDS = [
     ["jobs", "retry", "1"],
     ["jobs", "cancel", "1"],
     ["purge", "--older-than", "1d"],
+    ["roles", "--apply"],
 ]
 
 
@@ -433,7 +434,7 @@ def _all_commands() -> list[list[str]]:
 def test_every_command_is_covered_by_the_help_test() -> None:
     names = {" ".join(path) for path in _all_commands()}
     assert names == {"", "migrate", "worker", "enqueue", "status", "jobs", "jobs list", "jobs show", "jobs retry",
-                     "jobs cancel", "purge", "demo", "bench"}
+                     "jobs cancel", "purge", "demo", "bench", "roles"}
 
 
 @pytest.mark.parametrize("path", _all_commands(), ids=lambda p: " ".join(p) or "pgq")

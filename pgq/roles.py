@@ -1,0 +1,92 @@
+"""Least privilege: the SQL that creates pgq's three roles and grants them exactly what they need.
+
+Roles are cluster-wide and creating them needs CREATEROLE, which the user running `pgq migrate` often
+lacks, so no migration creates them. `roles_sql()` renders `sql/roles/pgq_roles.sql` for a DBA (the
+`pgq roles` command prints it); `apply_roles()` runs it. The script is idempotent and meant to be
+re-run after every migration. The schema side (enqueue as a SECURITY DEFINER function, the trigger
+that keeps cancel and retry to administrators) is revision 0002.
+
+- ``<prefix>producer``: enqueue (through pgq.enqueue / pgq.enqueue_many) and read; writes no table.
+- ``<prefix>worker``: a producer that also claims, completes, fails, heartbeats, snoozes and rescues
+  jobs, records watermarks, enqueues periodic ticks and sets concurrency limits. It cannot delete
+  (so it skips retention), cancel, retry, truncate or change the schema.
+- ``<prefix>admin``: owns schema pgq and its objects: cancel, retry, purge, migrate.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+import psycopg
+from psycopg import sql
+
+from ._sql import data_dir
+
+__all__ = ["DEFAULT_PREFIX", "RoleNames", "apply_roles", "roles_sql"]
+
+DEFAULT_PREFIX: Final = "pgq_"
+
+# Plain lower-case identifiers only: the names a DBA types unquoted in psql and GRANT statements.
+_PREFIX = re.compile(r"[a-z_][a-z0-9_]*")
+_MAX_NAME = 63  # NAMEDATALEN - 1
+
+
+@dataclass(frozen=True, slots=True)
+class RoleNames:
+    """The names of the three roles: ``<prefix>producer``, ``<prefix>worker``, ``<prefix>admin``."""
+
+    producer: str
+    worker: str
+    admin: str
+
+    @classmethod
+    def with_prefix(cls, prefix: str = DEFAULT_PREFIX) -> RoleNames:
+        """Names built from `prefix`. Raises ValueError unless the prefix is a lower-case identifier
+        (letters, digits, underscores; not starting with a digit or with the reserved ``pg_``) short
+        enough for the longest name to fit in 63 bytes."""
+        if not _PREFIX.fullmatch(prefix) or prefix.startswith("pg_"):
+            raise ValueError(
+                f"invalid role prefix {prefix!r}: use lower-case letters, digits and underscores, "
+                "not starting with a digit or 'pg_'"
+            )
+        if len(prefix) + len("producer") > _MAX_NAME:
+            raise ValueError(f"role prefix {prefix!r} is too long: role names have at most {_MAX_NAME} bytes")
+        return cls(f"{prefix}producer", f"{prefix}worker", f"{prefix}admin")
+
+
+def _script(names: RoleNames) -> sql.Composed:
+    template = (data_dir("sql") / "roles" / "pgq_roles.sql").read_text(encoding="utf-8")
+    # Role names are identifiers, which cannot be bound parameters: they are quoted by psycopg
+    # (Identifier) where SQL names a role and passed as literals (Literal) where SQL compares names.
+    return sql.SQL(template).format(  # pgq's own file, never user input
+        producer=sql.Identifier(names.producer),
+        worker=sql.Identifier(names.worker),
+        admin=sql.Identifier(names.admin),
+        producer_name=sql.Literal(names.producer),
+        worker_name=sql.Literal(names.worker),
+        admin_name=sql.Literal(names.admin),
+    )
+
+
+def roles_sql(prefix: str = DEFAULT_PREFIX) -> str:
+    """Return the roles script (one transaction) for roles named with `prefix`, for a DBA to review
+    and run with ``psql -v ON_ERROR_STOP=1``. Connects to nothing. Raises ValueError for a bad prefix.
+    """
+    return _script(RoleNames.with_prefix(prefix)).as_string(None)
+
+
+def apply_roles(dsn: str, prefix: str = DEFAULT_PREFIX) -> RoleNames:
+    """Run the roles script on the database at `dsn` (in pgq's schema, which must be migrated) and
+    return the role names.
+
+    Opens and closes its own connection; the script is one transaction, so on any error nothing
+    changed. Needs CREATEROLE when a role is missing, and a superuser or the owner of pgq's objects
+    (member of the admin role) for the ownership step. Raises ValueError for a bad prefix and
+    psycopg errors (InsufficientPrivilege, InvalidSchemaName ...) from the server.
+    """
+    names = RoleNames.with_prefix(prefix)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(_script(names))  # the script has its own BEGIN ... COMMIT
+    return names

@@ -1,0 +1,103 @@
+-- pgq roles: the three roles pgq needs and their grants, for a DBA to review and run (`pgq roles`
+-- prints this script with the role names filled in; `pgq roles --apply` runs it). Idempotent: run it
+-- again after every `pgq migrate`, so objects a newer revision created get their grants and owner.
+-- Needs CREATEROLE for the roles that are missing (roles are cluster-wide) and, for the ownership
+-- step, a superuser or the current owner of pgq's objects who is also a member of the admin role.
+-- Touches nothing outside schema pgq (and the roles). None of the roles can log in: grant them to
+-- your service accounts (GRANT {producer} TO my_web_app;).
+--
+--   {producer}  enqueue (pgq.enqueue, pgq.enqueue_many: SECURITY DEFINER functions, revision 0002)
+--               and read jobs, views and pgq's other tables. No INSERT, UPDATE or DELETE anywhere:
+--               it cannot claim, change or delete a job.
+--   {worker}    everything the producer may, plus what a worker process runs: claim, complete,
+--               fail, heartbeat, snooze/release and rescue (UPDATE of the job columns those touch),
+--               watermark bookkeeping, periodic enqueue, and setting (not removing) concurrency
+--               limits. No DELETE, no TRUNCATE, no DDL; cancelling a job or re-opening a finished
+--               one is refused by the trigger of revision 0002. Retention (deleting old finished
+--               jobs) is a purge, so a worker with only this role skips it and logs why.
+--   {admin}     owns schema pgq and everything in it: cancel, retry, purge, migrate. Grant it to
+--               the account that runs `pgq migrate`, `pgq jobs cancel|retry`, `pgq purge`.
+
+BEGIN;
+
+-- 1. The roles, created only when missing; an existing role is left as it is.
+DO $roles$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = {producer_name}) THEN
+        CREATE ROLE {producer} NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS INHERIT;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = {worker_name}) THEN
+        CREATE ROLE {worker} NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS INHERIT;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = {admin_name}) THEN
+        CREATE ROLE {admin} NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS INHERIT;
+    END IF;
+END
+$roles$;
+
+-- 2. The admin role owns schema pgq and every object in it, so its members can migrate (ALTER and
+-- DROP need ownership) and enqueue's SECURITY DEFINER runs with its rights, not a superuser's.
+-- Objects are found in the catalog, so those of newer revisions are included without editing this.
+ALTER SCHEMA pgq OWNER TO {admin};
+DO $owner$
+DECLARE
+    stmt text;
+BEGIN
+    FOR stmt IN
+        SELECT pg_catalog.format('ALTER %s %s OWNER TO %I',
+                                 CASE c.relkind WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW'
+                                                WHEN 'S' THEN 'SEQUENCE' WHEN 'f' THEN 'FOREIGN TABLE'
+                                                WHEN 'c' THEN 'TYPE' ELSE 'TABLE' END,
+                                 c.oid::pg_catalog.regclass, {admin_name})
+        FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = 'pgq'::pg_catalog.regnamespace
+          AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'c', 'S')
+          -- Sequences of identity and serial columns follow their table.
+          AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend d
+                          WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.objid = c.oid
+                            AND d.deptype IN ('a', 'i'))
+        UNION ALL
+        SELECT pg_catalog.format('ALTER ROUTINE %s OWNER TO %I', p.oid::pg_catalog.regprocedure, {admin_name})
+        FROM pg_catalog.pg_proc p
+        WHERE p.pronamespace = 'pgq'::pg_catalog.regnamespace AND p.prokind IN ('f', 'p')
+        UNION ALL
+        SELECT pg_catalog.format('ALTER %s %s OWNER TO %I', CASE t.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END,
+                                 t.oid::pg_catalog.regtype, {admin_name})
+        FROM pg_catalog.pg_type t
+        WHERE t.typnamespace = 'pgq'::pg_catalog.regnamespace AND t.typtype IN ('e', 'd', 'r')
+    LOOP
+        EXECUTE stmt;
+    END LOOP;
+END
+$owner$;
+
+-- 3. Grants. Everything is revoked first, so the result is exactly what follows, whatever an earlier
+-- version of this script granted.
+REVOKE ALL ON ALL TABLES IN SCHEMA pgq FROM {producer}, {worker};
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA pgq FROM {producer}, {worker};
+REVOKE ALL ON ALL ROUTINES IN SCHEMA pgq FROM {producer}, {worker};
+
+GRANT USAGE ON SCHEMA pgq TO {producer};
+-- Read jobs, the views, the version table (clients check the schema revision at start) and the
+-- small bookkeeping tables.
+GRANT SELECT ON ALL TABLES IN SCHEMA pgq TO {producer};
+GRANT EXECUTE ON FUNCTION
+    pgq.enqueue(text, jsonb, text, integer, timestamptz, text, bigint, integer),
+    pgq.enqueue_many(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], text[], bigint[],
+                     integer[])
+    TO {producer};
+
+-- A worker is a producer too (handlers enqueue, the periodic step enqueues ticks).
+GRANT {producer} TO {worker};
+-- Only the columns that claim, complete, fail, heartbeat, snooze and rescue write; never a job's
+-- identity or input (id, queue, kind, payload, priority, dedupe_key, input_watermark, max_attempts).
+GRANT UPDATE (status, attempts, run_at, lease_token, lease_expires_at, claimed_by, started_at, finished_at,
+              last_error, result, done_watermark)
+    ON pgq.jobs TO {worker};
+-- Processed watermarks of dedupe keys (job_complete).
+GRANT INSERT, UPDATE (done_watermark, job_id, updated_at) ON pgq.key_watermarks TO {worker};
+-- Limits of the worker's own tasks (set at start-up); the claim also locks limit rows FOR UPDATE,
+-- which needs UPDATE on a column. Removing a limit (DELETE) stays with the admin.
+GRANT INSERT, UPDATE (max_running, updated_at) ON pgq.concurrency_limits TO {worker};
+
+COMMIT;
