@@ -75,7 +75,7 @@ def enqueue(specs: Sequence[JobSpec]) -> Operation[list[int]]:
             return []
         if len(specs) == 1:
             s = specs[0]
-            rows = yield Stmt("job_enqueue_one", {
+            rows = yield Stmt("job_insert_one" if s.dedupe_key is None else "job_enqueue_one", {
                 "kind": s.kind, "payload": s.payload_json, "queue": s.queue, "priority": s.priority,
                 "run_at": s.run_at, "delay": s.delay_s, "dedupe_key": s.dedupe_key, "watermark": s.watermark,
                 "max_attempts": s.max_attempts,

@@ -185,15 +185,17 @@ def _prefixed(summary: dict[str, float], prefix: str) -> dict[str, Any]:
 
 
 def run_bench(dsn: str, workload: str, *, jobs: int | None = None, processes: int = DEFAULT_PROCESSES,
-              concurrency: int = DEFAULT_CONCURRENCY, out: TextIO | None = None,
+              concurrency: int = DEFAULT_CONCURRENCY, finished: int = 0, out: TextIO | None = None,
               err: TextIO | None = None) -> dict[str, Any]:
     """Run `workload` ("w1".."w4") once against `dsn`, print its record as one JSON line on `out`
     (default stdout) and return it. Progress goes to `err` (default stderr).
 
     `jobs` defaults to DEFAULT_JOBS[workload]; `processes` and `concurrency` apply to the workers of
-    W3 (both) and W4 (concurrency; always one worker). The database is migrated first when it is not.
-    The run's jobs live in a fresh queue ``pgq-bench-<random>`` and are deleted at the end, whatever
-    happens; worker subprocesses are stopped (SIGTERM, then SIGKILL after STOP_GRACE_S).
+    W3 (both) and W4 (concurrency; always one worker). `finished` (W3 only) first inserts that many
+    succeeded jobs into a second queue, ``<queue>-finished``, so that a drain can be compared with and
+    without a large history in the table. The database is migrated first when it is not. The run's
+    jobs live in a fresh queue ``pgq-bench-<random>`` and are deleted at the end, whatever happens;
+    worker subprocesses are stopped (SIGTERM, then SIGKILL after STOP_GRACE_S).
 
     Raises ValueError for an unknown workload or a non-positive count; BenchFailed when a run cannot
     be measured (a worker died, a drain timed out, a job did not succeed exactly once; the record is
@@ -204,6 +206,8 @@ def run_bench(dsn: str, workload: str, *, jobs: int | None = None, processes: in
     n = DEFAULT_JOBS[workload] if jobs is None else jobs
     if n < 1 or processes < 1 or concurrency < 1:
         raise ValueError("jobs, processes and concurrency must be positive")
+    if finished < 0 or (finished and workload != "w3"):
+        raise ValueError("finished must be >= 0, and is for w3 only")
     out = out or sys.stdout
     err = err or sys.stderr
     queue = f"pgq-bench-{secrets.token_hex(4)}"
@@ -220,12 +224,17 @@ def run_bench(dsn: str, workload: str, *, jobs: int | None = None, processes: in
         elif workload == "w2":
             rec = asyncio.run(_w2(dsn, queue, n))
         elif workload == "w3":
+            if finished:
+                progress(f"adding {finished} finished jobs in queue {queue + '-finished'!r}")
+                _add_finished(dsn, queue + "-finished", finished)
             rec, failure = _w3(dsn, queue, n, processes, concurrency, progress)
+            rec["params"]["finished"] = finished
         else:
             rec = _w4(dsn, queue, n, concurrency, progress)
     finally:
-        deleted = _delete_queue(dsn, queue)
-        progress(f"deleted the {deleted} job(s) of queue {queue!r}")
+        for name in (queue, queue + "-finished") if finished else (queue,):
+            deleted = _delete_queue(dsn, name)
+            progress(f"deleted the {deleted} job(s) of queue {name!r}")
     print(json.dumps(rec), file=out, flush=True)
     if failure is not None:
         raise failure
@@ -241,6 +250,20 @@ def _ensure_migrated(dsn: str, progress: Any) -> None:
             pass
     progress("the database is not at pgq's head revision: migrating it")
     migrate.upgrade(dsn)
+
+
+def _add_finished(dsn: str, queue: str, n: int) -> None:
+    """Insert `n` jobs that succeeded a while ago into `queue`, in batches of 100,000 (bench setup:
+    the history a busy deployment keeps until retention deletes it)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for start in range(0, n, 100_000):
+            conn.execute(
+                "INSERT INTO pgq.jobs (queue, kind, payload, status, attempts, run_at, created_at, started_at,"
+                " finished_at) SELECT %(queue)s, %(kind)s, jsonb_build_object('i', i), 'succeeded', 1,"
+                " now() - interval '1 hour', now() - interval '1 hour', now() - interval '1 hour',"
+                " now() - interval '1 hour' FROM generate_series(%(start)s::int, %(stop)s::int - 1) AS i",
+                {"queue": queue, "kind": BENCH_KIND, "start": start, "stop": min(n, start + 100_000)},
+            )
 
 
 def _delete_queue(dsn: str, queue: str) -> int:
@@ -368,6 +391,18 @@ def _proc_cpu_seconds(pid: int) -> float | None:
         return None
 
 
+def _proc_peak_rss_mb(pid: int) -> float | None:
+    """Peak resident memory (VmHWM) of a live process, in MB; None where /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except (OSError, IndexError, ValueError):
+        pass
+    return None
+
+
 # W3 -------------------------------------------------------------------------------------------
 
 
@@ -406,6 +441,7 @@ def _w3(dsn: str, queue: str, n: int, processes: int, concurrency: int,
                     break
             t1 = time.monotonic()
             cpu = [_proc_cpu_seconds(p.pid) for p in procs]
+            rss = [_proc_peak_rss_mb(p.pid) for p in procs]
             died = [p.returncode for p in procs if p.poll() is not None]
             row = conn.execute(
                 "SELECT count(*) FILTER (WHERE status = 'succeeded' AND attempts = 1),"
@@ -424,6 +460,7 @@ def _w3(dsn: str, queue: str, n: int, processes: int, concurrency: int,
         startup_s=round(t_first - t0, 3) if t_first is not None else None,
         steady_jobs_per_s=round(done / (t1 - t_first), 1) if t_first is not None and t1 > t_first else None,
         worker_cpu_s=round(sum(c for c in cpu if c is not None), 2) if all(c is not None for c in cpu) else None,
+        worker_peak_rss_mb=max((r for r in rss if r is not None), default=None),
         failed=failed, succeeded_once=succeeded_once, timed_out=timed_out, worker_died=died or None,
         prefill_s=round(prefill_s, 2),
     )

@@ -488,6 +488,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--concurrency", metavar="C", type=_int_range("concurrency", 1, 10_000), default=16,
         help="concurrency of each worker, for w3 and w4 (default: 16)",
     )
+    p.add_argument(
+        "--finished", metavar="N", type=_int_range("finished", 0, 100_000_000), default=0,
+        help="w3 only: first add N finished jobs (in a second throwaway queue, deleted at the end) to show\n"
+             "the drain does not slow down as finished jobs accumulate (default: 0)",
+    )
     p.set_defaults(handler=cmd_bench)
     return parser
 
@@ -981,7 +986,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     dsn = connect_dsn(cast(str, resolve_dsn(args)))
     try:
         bench.run_bench(dsn, args.workload, jobs=args.jobs, processes=args.processes,
-                        concurrency=args.concurrency, out=sys.stdout, err=sys.stderr)
+                        concurrency=args.concurrency, finished=args.finished, out=sys.stdout, err=sys.stderr)
     except bench.BenchFailed as exc:
         raise CliError(f"bench {args.workload}: {one_line(exc)}") from None
     return EXIT_OK

@@ -6,9 +6,10 @@
 -- Touches nothing outside schema pgq (and the roles). None of the roles can log in: grant them to
 -- your service accounts (GRANT {producer} TO my_web_app;).
 --
---   {producer}  enqueue (pgq.enqueue, pgq.enqueue_many: SECURITY DEFINER functions, revision 0002)
---               and read jobs, views and pgq's other tables. No INSERT, UPDATE or DELETE anywhere:
---               it cannot claim, change or delete a job.
+--   {producer}  enqueue (pgq.enqueue, pgq.enqueue_many: SECURITY DEFINER functions, revision 0002;
+--               and INSERT of a new job's input columns, for the one-statement single enqueue)
+--               and read jobs, views and pgq's other tables. No UPDATE or DELETE anywhere: it
+--               cannot claim, change or delete a job.
 --   {worker}    everything the producer may, plus what a worker process runs: claim, complete,
 --               fail, heartbeat, snooze/release and rescue (UPDATE of the job columns those touch),
 --               watermark bookkeeping, periodic enqueue, and setting (not removing) concurrency
@@ -87,6 +88,9 @@ GRANT EXECUTE ON FUNCTION
                      integer[])
     TO {producer};
 
+-- A single job without a dedupe key is one plain INSERT (sql/job_insert_one.sql): the columns of a
+-- job's input only, so status, attempts and lease columns always take their defaults (queued, 0, none).
+GRANT INSERT (kind, payload, queue, priority, run_at, max_attempts, input_watermark) ON pgq.jobs TO {producer};
 -- A worker is a producer too (handlers enqueue, the periodic step enqueues ticks).
 GRANT {producer} TO {worker};
 -- Only the columns that claim, complete, fail, heartbeat, snooze and rescue write; never a job's

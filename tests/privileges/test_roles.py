@@ -192,7 +192,13 @@ def test_producer_cannot_claim_change_or_delete_jobs(roles: Roles) -> None:
         "UPDATE pgq.jobs SET priority = 0",
         "UPDATE pgq.jobs SET input_watermark = 99",
         "DELETE FROM pgq.jobs",
-        "INSERT INTO pgq.jobs (kind) VALUES ('direct')",
+        # A producer inserts a new job's input columns only (sql/job_insert_one.sql): never a running
+        # job, a lease, spent attempts or a chosen id.
+        "INSERT INTO pgq.jobs (kind, status, lease_token, lease_expires_at) "
+        "VALUES ('direct', 'running', gen_random_uuid(), now())",
+        "INSERT INTO pgq.jobs (kind, attempts) VALUES ('direct', 3)",
+        "INSERT INTO pgq.jobs (id, kind) VALUES (1000000, 'direct')",
+        "INSERT INTO pgq.jobs (kind, dedupe_key) VALUES ('direct', 'k')",
         "TRUNCATE pgq.jobs",
         "SELECT id FROM pgq.jobs FOR UPDATE SKIP LOCKED",
         "SELECT nextval('pgq.jobs_id_seq')",
