@@ -20,7 +20,7 @@ from psycopg import errors as pg_errors
 from psycopg.rows import dict_row, tuple_row
 
 from . import _sql
-from .errors import CONSTRAINT_MESSAGES, InvalidJob, InvalidState, LeaseLost, NotFound, NotMigrated
+from .errors import CONSTRAINT_MESSAGES, InvalidJob, InvalidState, LeaseLost, NotFound, NotMigrated, PgqError
 from .models import Claim, Job, JobSpec, JobStatus, encode_json, positive_seconds
 
 T = TypeVar("T")
@@ -535,6 +535,13 @@ def _translate(exc: psycopg.Error) -> BaseException:
         # are indexed, so a huge one fails the statement, which wrote nothing.
         mapped = InvalidJob(f"a value is too large for pgq's indexes ({exc.diag.message_primary}): keep queue "
                             "names and dedupe keys under about 2 KB")
+    elif isinstance(exc, pg_errors.InvalidSqlStatementName | pg_errors.DuplicatePreparedStatement):
+        # pgq never prepares by name itself: psycopg's automatic prepared statements met a pooler
+        # that moves transactions between server connections.
+        mapped = PgqError(
+            f"{exc.diag.message_primary}: is this DSN a PgBouncer in transaction pooling mode? Then pass "
+            "pgbouncer=True (pgq worker/commands: --pgbouncer) so that no statement is prepared"
+        )
     if mapped is not exc:
         mapped.__cause__ = exc
     return mapped

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol, overload
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from .client import AsyncQueue, Queue
+from .client import PGBOUNCER_KWARGS, AsyncQueue, Queue, check_pgbouncer_pool
 from .cron import Cron, CronError, Every, Schedule
 from .errors import InvalidJob, PgqError
 from .models import JSON, Claim, Job, JobSpec, delay_seconds
@@ -449,9 +449,16 @@ class App:
     are created on first use from the DSN (or around the given pool); `close()` / `aclose()` close
     what the App created. Workers open their own pool from `app.dsn` (with the given pool's
     connection kwargs). Registering tasks is not thread-safe: do it at import time.
+
+    `pgbouncer`: the DSN is a PgBouncer in transaction pooling mode. Every connection pgq opens for
+    this App then prepares no statements, and its workers LISTEN only on a direct `listen_dsn`
+    (polling without one). A pool given with it must have `kwargs={"prepare_threshold": None}`
+    (PgqError otherwise).
     """
 
-    def __init__(self, dsn_or_pool: str | ConnectionPool[Any] | AsyncConnectionPool[Any]) -> None:
+    def __init__(
+        self, dsn_or_pool: str | ConnectionPool[Any] | AsyncConnectionPool[Any], *, pgbouncer: bool = False
+    ) -> None:
         self._sync_pool: ConnectionPool[Any] | None = None
         self._async_pool: AsyncConnectionPool[Any] | None = None
         self._connect_kwargs: dict[str, Any] = {}
@@ -468,11 +475,16 @@ class App:
             if kwargs is not None and not isinstance(kwargs, dict):
                 raise PgqError("App needs a pool whose kwargs are a dict (workers connect with them), not a callable")
             self._connect_kwargs = dict(kwargs or {})
+            if pgbouncer:
+                check_pgbouncer_pool(dsn_or_pool)
         else:
             raise PgqError(f"App needs a DSN or a psycopg pool, got {type(dsn_or_pool).__name__}")
         if not isinstance(conninfo, str):
             raise PgqError("App needs a pool whose conninfo is a str (workers connect with it), not a callable")
         self._dsn = conninfo
+        self._pgbouncer = bool(pgbouncer)
+        if pgbouncer:
+            self._connect_kwargs.update(PGBOUNCER_KWARGS)
         self._tasks: dict[str, Task] = {}
         self._periodic: dict[str, Periodic] = {}
         self._queue: Queue | None = None
@@ -491,8 +503,14 @@ class App:
 
     @property
     def connect_kwargs(self) -> dict[str, Any]:
-        """Extra psycopg connection arguments (those of the pool the App was given, else empty)."""
+        """Extra psycopg connection arguments (those of the pool the App was given, else empty;
+        with `pgbouncer`, `prepare_threshold=None` too)."""
         return dict(self._connect_kwargs)
+
+    @property
+    def pgbouncer(self) -> bool:
+        """Whether `dsn` is a PgBouncer in transaction pooling mode (see the class docstring)."""
+        return self._pgbouncer
 
     @property
     def tasks(self) -> Mapping[str, Task]:
@@ -670,7 +688,8 @@ class App:
         """The App's synchronous Queue (created on first use; thread-safe)."""
         with self._queue_lock:
             if self._queue is None:
-                self._queue = Queue(self._sync_pool) if self._sync_pool is not None else Queue(self._dsn)
+                self._queue = Queue(self._sync_pool if self._sync_pool is not None else self._dsn,
+                                    pgbouncer=self._pgbouncer)
             return self._queue
 
     async def async_queue(self) -> AsyncQueue:
@@ -686,9 +705,9 @@ class App:
             self._async_queues[loop] = future
             try:
                 if self._async_pool is not None:
-                    queue = AsyncQueue(self._async_pool)
+                    queue = AsyncQueue(self._async_pool, pgbouncer=self._pgbouncer)
                 else:
-                    queue = AsyncQueue(self._dsn)
+                    queue = AsyncQueue(self._dsn, pgbouncer=self._pgbouncer)
                     self._owned_async.add(queue)
                 await queue.open()
             except BaseException as exc:

@@ -169,7 +169,10 @@ def _terminal_width() -> int:
         return 100
 
 
-def _dsn_parent(dsn_help: str | None = None) -> argparse.ArgumentParser:
+_PGBOUNCER_HELP = "the DSN is a PgBouncer in transaction pooling mode: prepare no statements"
+
+
+def _dsn_parent(dsn_help: str | None = None, *, pgbouncer_help: str | None = None) -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument(
         "--dsn",
@@ -178,6 +181,8 @@ def _dsn_parent(dsn_help: str | None = None) -> argparse.ArgumentParser:
         help=dsn_help
         or f"database to use: a libpq connection string or postgresql:// URL (default: ${ENV_DSN})",
     )
+    if pgbouncer_help:
+        parent.add_argument("--pgbouncer", action="store_true", help=pgbouncer_help)
     return parent
 
 
@@ -190,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pgq", description=_DESCRIPTION, epilog=_EPILOG, formatter_class=_Formatter
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    dsn = _dsn_parent()
+    dsn = _dsn_parent(pgbouncer_help=_PGBOUNCER_HELP)
 
     p = commands.add_parser(
         "migrate",
@@ -245,7 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
             _dsn_parent(
                 "connect the worker to DSN instead of the App's own database (default: the DSN "
                 f"or pool the App was built with; ${ENV_DSN} is not consulted). The database must be "
-                "reachable and migrated before the worker starts"
+                "reachable and migrated before the worker starts",
+                pgbouncer_help="the worker's database (--dsn, else the App's) is a PgBouncer in transaction "
+                "pooling mode: prepare no statements, and LISTEN only on --listen-dsn (without it, poll)",
             )
         ],
         formatter_class=_Formatter,
@@ -288,6 +295,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--drain-timeout", metavar="SECONDS", type=_seconds("drain timeout", positive=False),
         help="on shutdown, how long running jobs may take to finish before they are handed back to "
         "the queue (default: 30)",
+    )
+    p.add_argument(
+        "--listen-dsn", metavar="DSN", type=_non_empty("listen-dsn"),
+        help="open the LISTEN connection (wake-ups on NOTIFY) here, e.g. a direct connection to the "
+        "database when --dsn is a PgBouncer in transaction mode (default: the worker's DSN)",
     )
     p.add_argument(
         "--claimed-by", metavar="NAME", type=_non_empty("claimed-by"),
@@ -659,7 +671,7 @@ def open_queue(args: argparse.Namespace) -> Iterator[Queue]:
     check_database(dsn)
     # A small pool: a command runs its statements one after another. Its wait for a connection is
     # bounded too, should the server go away after the check.
-    with Queue(dsn, min_size=1, max_size=2, timeout=2 * CONNECT_TIMEOUT_S) as queue:
+    with Queue(dsn, min_size=1, max_size=2, timeout=2 * CONNECT_TIMEOUT_S, pgbouncer=args.pgbouncer) as queue:
         yield queue
 
 
@@ -734,6 +746,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         "drain_timeout": args.drain_timeout,
         "claimed_by": args.claimed_by,
         "dsn": args.dsn,
+        "listen_dsn": args.listen_dsn,
+        "pgbouncer": True if args.pgbouncer else None,
     }
     # Options left out keep App.worker's defaults, so they are defined in one place.
     worker = app.worker(**{k: v for k, v in options.items() if v is not None})

@@ -19,7 +19,7 @@ import tenacity
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from . import _ops
-from .errors import InvalidJob
+from .errors import InvalidJob, PgqError
 from .models import JSON, Claim, Job, JobSpec, JobStatus, delay_seconds, positive_seconds
 
 T = TypeVar("T")
@@ -61,13 +61,44 @@ _RETRY_ARGS: dict[str, Any] = {
 # that need several statements open a transaction explicitly.
 _POOL_KWARGS: dict[str, Any] = {"autocommit": True}
 
+# Behind PgBouncer in transaction pooling mode, consecutive transactions of one client connection may
+# run on different server connections. psycopg prepares a statement on the server after it ran
+# `prepare_threshold` (5) times on a connection and then only sends its name: on another server
+# connection that name is unknown ("prepared statement "_pg3_0" does not exist"), taken by another
+# client's statement ("... already exists"), or worse, bound to a different query. PgBouncer before
+# 1.21 (Debian 12 ships 1.18) cannot track protocol-level prepared statements at all, so pgq sends
+# every statement unprepared (one extra parse per statement on the server: microseconds).
+PGBOUNCER_KWARGS: dict[str, Any] = {"prepare_threshold": None}
+
+
+def pool_kwargs(pgbouncer: bool) -> dict[str, Any]:
+    """psycopg connection kwargs of the pools pgq creates: autocommit, and with `pgbouncer` (the DSN
+    is a PgBouncer in transaction pooling mode) no server-side prepared statements."""
+    return {**_POOL_KWARGS, **PGBOUNCER_KWARGS} if pgbouncer else dict(_POOL_KWARGS)
+
+
+def check_pgbouncer_pool(pool: ConnectionPool[Any] | AsyncConnectionPool[Any]) -> None:
+    """With pgbouncer=True and a pool the caller owns, make sure its connections prepare nothing.
+
+    Raises PgqError unless the pool was created with ``kwargs={"prepare_threshold": None, ...}``
+    (pgq cannot change the connections of a pool it does not own)."""
+    kwargs = pool.kwargs if isinstance(pool.kwargs, dict) else {}
+    if "prepare_threshold" not in kwargs or kwargs["prepare_threshold"] is not None:
+        raise PgqError(
+            "pgbouncer=True with a pool of your own: create the pool with "
+            "kwargs={'prepare_threshold': None, ...} so that its connections never prepare statements "
+            "(PgBouncer in transaction mode breaks them)"
+        )
+
 
 class Queue:
     """Synchronous pgq client, usable as soon as it is constructed; thread-safe.
 
     `dsn_or_pool`: a libpq DSN (the queue opens a pool of `min_size`..`max_size` connections and
     closes it in `close()`), or a `psycopg_pool.ConnectionPool` owned by the caller (left open).
-    Use as a context manager or call `close()`.
+    `pgbouncer`: the DSN is a PgBouncer in transaction pooling mode, so the pool's connections never
+    prepare statements; with a pool of your own, PgqError unless it was created with
+    `kwargs={"prepare_threshold": None}`. Use as a context manager or call `close()`.
     """
 
     def __init__(
@@ -77,14 +108,17 @@ class Queue:
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 30.0,
+        pgbouncer: bool = False,
     ) -> None:
         if isinstance(dsn_or_pool, ConnectionPool):
+            if pgbouncer:
+                check_pgbouncer_pool(dsn_or_pool)
             self._pool: ConnectionPool[Any] = dsn_or_pool
             self._owns_pool = False
         else:
             self._pool = ConnectionPool(
                 dsn_or_pool, min_size=min_size, max_size=max_size, timeout=timeout,
-                kwargs=_POOL_KWARGS, open=True, name="pgq",
+                kwargs=pool_kwargs(pgbouncer), open=True, name="pgq",
             )
             self._owns_pool = True
 
@@ -287,7 +321,8 @@ class AsyncQueue:
     """asyncio pgq client: the methods of `Queue`, as coroutines, with the same contracts.
 
     `dsn_or_pool`: a DSN (the queue creates an AsyncConnectionPool; `close()` closes it) or an
-    AsyncConnectionPool owned by the caller. Open it with `await q.open()` or `async with`.
+    AsyncConnectionPool owned by the caller. `pgbouncer` as in `Queue`. Open it with
+    `await q.open()` or `async with`.
     """
 
     def __init__(
@@ -297,14 +332,17 @@ class AsyncQueue:
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 30.0,
+        pgbouncer: bool = False,
     ) -> None:
         if isinstance(dsn_or_pool, AsyncConnectionPool):
+            if pgbouncer:
+                check_pgbouncer_pool(dsn_or_pool)
             self._pool: AsyncConnectionPool[Any] = dsn_or_pool
             self._owns_pool = False
         else:
             self._pool = AsyncConnectionPool(
                 dsn_or_pool, min_size=min_size, max_size=max_size, timeout=timeout,
-                kwargs=_POOL_KWARGS, open=False, name="pgq",
+                kwargs=pool_kwargs(pgbouncer), open=False, name="pgq",
             )
             self._owns_pool = True
 

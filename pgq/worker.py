@@ -54,7 +54,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from . import _ops
 from .app import App, JobContext, PermanentFailure, Snooze, Task, _current
-from .client import AsyncQueue
+from .client import AsyncQueue, pool_kwargs
 from .errors import InvalidJob, NotMigrated, PgqError
 from .listener import Listener
 from .maintenance import Maintenance
@@ -96,6 +96,11 @@ class WorkerConfig:
     - `drain_timeout`: at shutdown, how long running jobs may take to finish before being released.
     - `claimed_by`: the worker's name in `pgq.jobs.claimed_by` (default `<hostname>-<pid>`).
     - `listen`: wake on NOTIFY (one extra connection); False polls only.
+    - `listen_dsn`: where that LISTEN connection goes (default: the worker's DSN). Behind PgBouncer
+      in transaction mode give a direct connection to the same database here.
+    - `pgbouncer`: the worker's DSN is a PgBouncer in transaction pooling mode (None: the App's
+      `pgbouncer`). Its connections then prepare no statements, and without `listen_dsn` the
+      worker polls only (LISTEN needs a session of its own, which such a pooler does not keep).
     - `ack_delay`: longest wait before a finished job's acknowledgement is sent, to batch them.
     - `ack_batch`: send at once when this many acknowledgements are pending.
     - `maintenance`: take part in maintenance (rescue, periodic enqueue, retention).
@@ -132,6 +137,8 @@ class WorkerConfig:
     shutdown_timeout: float = 10.0
     claims_in_flight: int = 2
     prefetch: int | None = None
+    listen_dsn: str | None = None
+    pgbouncer: bool | None = None
 
     def __post_init__(self) -> None:
         if self.queues is not None and (
@@ -157,6 +164,12 @@ class WorkerConfig:
             raise InvalidJob("claimed_by must be a non-empty str")
         if self.dsn is not None and not isinstance(self.dsn, str):
             raise InvalidJob("dsn must be a str")
+        if self.listen_dsn is not None and (not isinstance(self.listen_dsn, str) or not self.listen_dsn):
+            raise InvalidJob("listen_dsn must be a non-empty str")
+        if self.listen_dsn is not None and not self.listen:
+            raise InvalidJob("listen_dsn is given but listen is False: drop one of them")
+        if self.pgbouncer is not None and not isinstance(self.pgbouncer, bool):
+            raise InvalidJob(f"pgbouncer must be a bool or None, got {self.pgbouncer!r}")
 
     @classmethod
     def build(cls, **settings: Any) -> WorkerConfig:
@@ -397,9 +410,10 @@ class Worker:
         elif self._early == "stop":
             self._begin_stop()
         dsn = cfg.dsn or self.app.dsn
+        pgbouncer = self.app.pgbouncer if cfg.pgbouncer is None else cfg.pgbouncer
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             dsn, min_size=min(2, cfg.effective_pool_size), max_size=cfg.effective_pool_size,
-            kwargs={**self.app.connect_kwargs, "autocommit": True}, open=False,
+            kwargs={**self.app.connect_kwargs, **pool_kwargs(pgbouncer)}, open=False,
             name=f"pgq-worker-{cfg.claimed_by}", timeout=5.0,
         )
         await pool.open()
@@ -414,8 +428,12 @@ class Worker:
                         extra={"event": "worker_start", "worker": cfg.claimed_by})
             background.append(self._spawn(self._flush_loop(), "flusher"))
             background.append(self._spawn(self._heartbeat_loop(), "heartbeat"))
-            if cfg.listen:
-                listener = Listener(dsn, on_notify=self._on_notify, on_connect=self._on_listen,
+            if cfg.listen and pgbouncer and cfg.listen_dsn is None:
+                logger.info("worker %s: behind PgBouncer (transaction pooling) with no listen_dsn: no LISTEN, "
+                            "polling every %g s", cfg.claimed_by, cfg.poll_interval,
+                            extra={"event": "worker_poll_only", "worker": cfg.claimed_by})
+            elif cfg.listen:
+                listener = Listener(cfg.listen_dsn or dsn, on_notify=self._on_notify, on_connect=self._on_listen,
                                     connect_kwargs=self.app.connect_kwargs)
                 background.append(self._spawn(listener.run(), "listener"))
             if cfg.maintenance:
