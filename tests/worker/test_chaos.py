@@ -2,6 +2,11 @@
 restarted every 2 s and the PostgreSQL server crashes and restarts once; every job must still end
 `succeeded`, with its side effect, without ever being finished twice under one lease.
 
+A SIGKILLed worker never comes back, so kills alone hardly ever make a late acknowledgement arrive.
+To put the lease fencing to work, the run also freezes one busy worker once (SIGSTOP) until the
+others have rescued all its jobs, then thaws it (SIGCONT): its handlers finish and it acknowledges
+with stale lease tokens, which must be refused.
+
 Design, and why:
 
 - The server is a dedicated embedded PostgreSQL started by this test (data directory under the system
@@ -16,9 +21,12 @@ Design, and why:
   So a kill between the insert and the acknowledgement repeats the effect under the next attempt:
   at-least-once, as for any side effect outside the queue's database transaction.
 - Proof from the database: a statement-level trigger on pgq.jobs (with transition tables, so one insert
-  per statement) records every claim (→ running: job, new token, attempt, worker) and every end of an
-  attempt (running → anything: job, old token, attempt, new status, error) in `chaos_transitions`, in
-  the same transaction as the change itself. The assertions are over that whole history.
+  per statement) records every change but heartbeats in `chaos_transitions`, in the same transaction
+  as the change itself: claims (→ running: job, new token, attempt, worker), ends of attempts (running →
+  anything: job, old token, attempt, new status, error, and the token named in the stored result,
+  which the handler sets to its own lease token), and anything else. The assertions (VIOLATIONS) are
+  over that whole history: one claim per attempt, each attempt ended exactly once, one success per
+  job, by the attempt whose handler returned the result, nothing touched after it finished.
 - Short leases (2 s, rescue every 1 s) so the jobs of a killed worker come back quickly; 8 jobs running
   and 8 prefetched per worker, so every kill interrupts jobs in flight.
 - Bounded: a hard deadline (DEADLINE_S) after which the test fails, saying how many jobs are in which
@@ -55,6 +63,8 @@ KILL_EVERY_S = 2.0
 LEASE_S = 2.0
 HANDLER_MS = 3.0
 RESTART_AFTER = 0.3  # the server restarts once this share of the jobs has succeeded
+FREEZE_AFTER = 0.6  # a worker is frozen (SIGSTOP) once this share has succeeded ...
+FREEZE_MAX_S = 20.0  # ... until all its jobs are rescued, which must not take longer than this
 DEADLINE_S = 150.0
 
 AUDIT_DDL = """
@@ -67,18 +77,21 @@ CREATE TABLE chaos_transitions (
     attempt integer,
     worker text,
     error text,
+    result_token uuid,  -- the lease token the stored result names (the chaos handler returns its own)
     at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 
 CREATE FUNCTION chaos_audit() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO chaos_transitions (job_id, old_status, new_status, token, attempt, worker, error)
+    -- Every change but a heartbeat's (which only moves lease_expires_at).
+    INSERT INTO chaos_transitions (job_id, old_status, new_status, token, attempt, worker, error, result_token)
     SELECT n.id, o.status::text, n.status::text,
            CASE WHEN n.status = 'running' THEN n.lease_token ELSE o.lease_token END,
            CASE WHEN n.status = 'running' THEN n.attempts ELSE o.attempts END,
-           n.claimed_by, n.last_error
+           n.claimed_by, n.last_error, (n.result->>'token')::uuid
     FROM old_rows o JOIN new_rows n ON n.id = o.id
-    WHERE o.status IS DISTINCT FROM n.status OR o.lease_token IS DISTINCT FROM n.lease_token;
+    WHERE (o.status, o.lease_token, o.attempts, o.finished_at, o.result, o.last_error, o.run_at)
+          IS DISTINCT FROM (n.status, n.lease_token, n.attempts, n.finished_at, n.result, n.last_error, n.run_at);
     RETURN NULL;
 END $$;
 
@@ -89,11 +102,21 @@ CREATE TRIGGER chaos_audit AFTER UPDATE ON pgq.jobs
 CREATE VIEW chaos_claims AS
     SELECT job_id, token, attempt, worker, at FROM chaos_transitions WHERE new_status = 'running';
 CREATE VIEW chaos_ends AS
-    SELECT job_id, token, attempt, new_status, error, at FROM chaos_transitions WHERE old_status = 'running';
+    SELECT job_id, token, attempt, new_status, error, result_token, at
+    FROM chaos_transitions WHERE old_status = 'running';
 """
 
 # Each query returns the rows that break one property; all must come back empty.
 VIOLATIONS = {
+    "a job was claimed while it was running (two attempts held it at once)": """
+        SELECT job_id, token, attempt, worker FROM chaos_transitions
+        WHERE old_status = 'running' AND new_status = 'running'""",
+    "a finished job was changed again (finished twice)": """
+        SELECT job_id, old_status, new_status, token, attempt FROM chaos_transitions
+        WHERE old_status IN ('succeeded', 'failed', 'cancelled')""",
+    "a job was completed by the acknowledgement of an attempt that did not hold its lease": """
+        SELECT job_id, token, result_token FROM chaos_ends
+        WHERE new_status = 'succeeded' AND result_token IS DISTINCT FROM token""",
     "an attempt ended twice under one lease token": """
         SELECT job_id, token, count(*) AS ends FROM chaos_ends GROUP BY 1, 2 HAVING count(*) > 1""",
     "claims do not match the job's attempts (one claim per attempt, numbered 1..attempts)": """
@@ -212,7 +235,7 @@ def test_chaos_kills_and_a_server_crash_lose_nothing_and_finish_nothing_twice(
     logs: list[Path] = []
 
     def spawn(slot: int) -> WorkerProcess:
-        name = f"chaos-{slot}-{generations[slot]}"
+        name = f"chaos-{slot}-{generations[slot]}"  # its claimed_by, and its log file's name
         generations[slot] += 1
         logs.append(tmp_path / f"{name}.log")
         return WorkerProcess(dsn, logs[-1], "--concurrency", str(CONCURRENCY), "--lease", str(LEASE_S),
@@ -223,6 +246,8 @@ def test_chaos_kills_and_a_server_crash_lose_nothing_and_finish_nothing_twice(
     workers = [spawn(slot) for slot in range(WORKERS)]
     kills = 0
     restart: dict[str, Any] = {}
+    freeze: dict[str, Any] = {}
+    spared: dict[int, float] = {}  # slot -> monotonic time until which the kills leave it alone
     started = time.monotonic()
     try:
         next_kill = started + KILL_EVERY_S
@@ -237,25 +262,33 @@ def test_chaos_kills_and_a_server_crash_lose_nothing_and_finish_nothing_twice(
             if now - started > DEADLINE_S:
                 pytest.fail(f"chaos run (seed {seed}) not done after {DEADLINE_S:g} s: jobs by status "
                             f"{counts if counts is not None else '(database unreachable)'}, {kills} kills, "
-                            f"server restart {restart or 'not done'}; worker logs in {tmp_path}", pytrace=False)
-            if not restart and counts is not None and counts.get("succeeded", 0) >= TOTAL * RESTART_AFTER:
+                            f"server restart {restart or 'not done'}, freeze {freeze or 'not done'}; "
+                            f"worker logs in {tmp_path}", pytrace=False)
+            done = counts.get("succeeded", 0) if counts is not None else 0
+            if not restart and done >= TOTAL * RESTART_AFTER:
                 db.close()
                 before = time.monotonic()
                 server.stop("immediate")  # a crash: every connection dies, recovery runs at the start
                 server.start()
                 restart = {"at_s": round(before - started, 1), "down_s": round(time.monotonic() - before, 2),
-                           "succeeded_before": counts["succeeded"]}
+                           "succeeded_before": done, "alive": {w.pid for w in workers}}
                 restart["db_time"] = db.rows("SELECT pg_postmaster_start_time() AS t")[0]["t"]
-                restart["alive"] = {w.pid for w in workers}
+            elif restart and not freeze and done >= TOTAL * FREEZE_AFTER:
+                freeze = _freeze_busiest(db, workers, started)
+                spared[freeze["slot"]] = float("inf")
+            elif freeze and "thawed_s" not in freeze and _frozen_jobs_rescued(db, freeze, now):
+                workers[freeze["slot"]].signal(signal.SIGCONT)  # back from the dead, with stale leases
+                freeze["thawed_s"] = round(now - started, 1)
+                spared[freeze["slot"]] = now + KILL_EVERY_S  # time to send its late acknowledgements
             if now >= next_kill:
-                slot = rng.randrange(WORKERS)
+                slot = rng.choice([s for s in range(WORKERS) if spared.get(s, 0.0) <= now])
                 workers[slot].kill()  # SIGKILL, reaped
                 workers[slot] = spawn(slot)
                 kills += 1
                 next_kill += KILL_EVERY_S
             time.sleep(0.05)  # the polling period of this loop
         elapsed = time.monotonic() - started
-        assert restart, "the run ended before the server restart"
+        assert restart and freeze, f"the run ended before the server restart or the freeze: {restart} {freeze}"
         for worker in workers:
             assert worker.alive(), f"worker {worker.pid} died on its own; its log:\n{worker.log()[-3000:]}"
             worker.signal(signal.SIGTERM)
@@ -273,10 +306,9 @@ def test_chaos_kills_and_a_server_crash_lose_nothing_and_finish_nothing_twice(
         assert {r["id"] for r in database.rows("SELECT id FROM pgq.jobs")} == set(ids)
         broken = {what: rows[:5] for what, query in VIOLATIONS.items() if (rows := database.rows(query))}
         summary = database.rows(SUMMARY)[0]
-        # Workers that lived through the restart claimed again afterwards: none stayed stuck. (A worker's
-        # claimed_by is its log file's name.)
+        # Workers that lived through the restart claimed again afterwards: none stayed stuck.
         survivors = [w for w in workers if w.pid in restart["alive"]]
-        stuck = [w.pid for w in survivors if not database.rows(
+        stuck = [w.log_path.stem for w in survivors if not database.rows(
             "SELECT 1 FROM chaos_claims WHERE worker = %s AND at > %s LIMIT 1",
             (w.log_path.stem, restart["db_time"]))]
         # SIGTERM drains a worker (exit 0); one spawned just before the end may still be importing, and
@@ -285,16 +317,47 @@ def test_chaos_kills_and_a_server_crash_lose_nothing_and_finish_nothing_twice(
             code == -signal.SIGTERM and not database.rows("SELECT 1 FROM chaos_claims WHERE worker = %s", (name,)))}
     finally:
         database.close()
+    log_text = "".join(path.read_text(errors="replace") for path in logs)
+    frozen_log = (tmp_path / f"{freeze['name']}.log").read_text(errors="replace")
     report = (f"chaos run (seed {seed}): {TOTAL} jobs, {WORKERS} workers, {elapsed:.1f} s, {kills} SIGKILLs, "
               f"server crash-restart at {restart['at_s']} s (down {restart['down_s']} s, "
-              f"{restart['succeeded_before']} jobs done before); attempts {summary['attempts']}, "
-              f"rescues {summary['rescues']}, handler failures {summary['handler_failures']}, "
-              f"jobs with retries {summary['jobs_with_retries']} (max attempts {summary['max_attempts']}), "
-              f"side effects {summary['effects']} ({summary['repeated_effects']} repeated); "
-              f"worker logs in {tmp_path}")
+              f"{restart['succeeded_before']} jobs done before), worker {freeze['name']} frozen at "
+              f"{freeze['at_s']} s with {freeze['running']} jobs running, thawed at {freeze['thawed_s']} s "
+              f"({frozen_log.count('lease lost')} late acknowledgements or heartbeats refused); "
+              f"attempts {summary['attempts']}, rescues {summary['rescues']}, handler failures "
+              f"{summary['handler_failures']}, jobs with retries {summary['jobs_with_retries']} (max attempts "
+              f"{summary['max_attempts']}), side effects {summary['effects']} ({summary['repeated_effects']} "
+              f"repeated); worker logs ({tmp_path}): {log_text.count('lease expired, rescued')} rescues, "
+              f"{log_text.count('lease lost')} lost leases")
     with capsys.disabled():
         print("\n" + report)
     assert not broken, f"{report}\nviolations: {broken}"
     assert not bad_exits, f"{report}\nworkers did not drain cleanly on SIGTERM: {bad_exits}"
     assert not stuck, f"{report}\nworkers {stuck} lived through the server restart but never claimed again"
     assert summary["rescues"] > 0, f"{report}\nno rescue: the kills interrupted nothing, so the test proved little"
+    assert "lease lost" in frozen_log, f"{report}\nthe frozen worker's stale acknowledgements were not refused"
+
+
+def _freeze_busiest(db: Database, workers: list[WorkerProcess], started: float) -> dict[str, Any]:
+    """SIGSTOP the worker with the most running jobs (at least one); return what the test needs."""
+    names = {w.log_path.stem: slot for slot, w in enumerate(workers)}
+    rows = db.rows("SELECT claimed_by, count(*) AS c FROM pgq.jobs WHERE status = 'running' "
+                   "AND claimed_by = ANY(%s) GROUP BY 1 ORDER BY 2 DESC LIMIT 1", (list(names),))
+    assert rows, "no worker is running anything at 60 % of the run"
+    slot = names[rows[0]["claimed_by"]]
+    workers[slot].signal(signal.SIGSTOP)
+    return {"slot": slot, "name": rows[0]["claimed_by"], "running": rows[0]["c"],
+            "at_s": round(time.monotonic() - started, 1), "since": time.monotonic()}
+
+
+def _frozen_jobs_rescued(db: Database, freeze: dict[str, Any], now: float) -> bool:
+    """Whether every job the frozen worker held was rescued (fails past FREEZE_MAX_S: rescue stalled)."""
+    try:
+        held = db.rows("SELECT count(*) AS c FROM pgq.jobs WHERE status = 'running' AND claimed_by = %s",
+                       (freeze["name"],))[0]["c"]
+    except psycopg.OperationalError:
+        return False
+    if held and now - freeze["since"] > FREEZE_MAX_S:
+        pytest.fail(f"{held} jobs of the frozen worker {freeze['name']} were not rescued within "
+                    f"{FREEZE_MAX_S:g} s", pytrace=False)
+    return held == 0

@@ -72,14 +72,15 @@ def sleepy(n: int, seconds: float) -> int:
 
 
 @app.task(name="chaos", queue="work", retry=pgq.Backoff(initial=0.2, max_delay=1.0, min_delay=0.1))
-def chaos(n: int, ms: float) -> int:
+def chaos(n: int, ms: float) -> dict[str, Any]:
     """Work `ms` milliseconds, then record the side effect (one `effects` row: job, attempt, lease token,
     pid) in its own autocommit transaction, outside pgq's acknowledgement: a kill after the insert and
-    before the acknowledgement repeats it (at-least-once). Retries quickly after errors (a server
-    restart breaks the pool's connections)."""
+    before the acknowledgement repeats it (at-least-once). The result names the attempt's lease token,
+    so the stored result tells which attempt's acknowledgement finished the job. Retries quickly after
+    errors (a server restart breaks the pool's connections)."""
     time.sleep(ms / 1000)
     record(n, "effect")
-    return n
+    return {"n": n, "token": str(pgq.current_job().lease_token)}
 
 
 if os.environ.get("PGQ_TEST_PERIODIC") == "1":
