@@ -2,5 +2,12 @@
 -- run's own transaction. Whoever gets the lock is the leader for this run; the others skip it.
 -- A transaction-level lock (never a session lock): it is released by the commit, so it works through
 -- PgBouncer in transaction mode, and a worker that dies mid-run cannot keep it.
+-- A worker that hangs mid-run instead (a paused process, an event loop blocked by a CPU-bound
+-- handler) would keep it, and with it stop every other worker's rescue for as long as it hangs, the
+-- very case rescue exists for. So the run's transaction may sit idle at most 5 s (its statements
+-- follow each other within milliseconds): past that the server ends the hung worker's session, which
+-- releases the lock; the worker sees a connection error and tries again later. SET LOCAL semantics
+-- (is_local = true): the setting ends with the transaction and never leaks into a pooled session.
 -- Also returns the database clock, which the periodic step reads its ticks from.
-SELECT pg_try_advisory_xact_lock(%(key)s::bigint) AS leader, now() AS now
+SELECT pg_try_advisory_xact_lock(%(key)s::bigint) AS leader, now() AS now,
+       set_config('idle_in_transaction_session_timeout', '5s', true) AS idle_limit

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 import pgq
-from pgq import AsyncQueue, _ops
+from pgq import AsyncQueue, _ops, _sql
 from pgq.listener import Listener
 from pgq.maintenance import (
     PERIODIC_LOCK_KEY,
@@ -24,6 +24,8 @@ from pgq.maintenance import (
 )
 
 from .conftest import DB, async_wait_for
+
+MAINTENANCE_IDLE_LIMIT_S = 5  # idle_in_transaction_session_timeout set by sql/maintenance_lock.sql
 
 # The listener's backend: its last statement is the LISTEN or the liveness ping (sql/listen.sql, ping.sql).
 LISTENER = ("datname = current_database() AND (query LIKE '%%LISTEN pgq%%' OR query LIKE '-- ping:%%') "
@@ -55,6 +57,39 @@ def test_rescuer_requeues_expired_leases_and_fails_exhausted_ones(pgq_dsn: str, 
     asyncio.run(main())
     assert {r["kind"]: r["status"] for r in db.rows("SELECT kind, status::text FROM pgq.jobs")} == {
         "a": "queued", "b": "failed", "c": "running"}
+
+
+def test_a_leader_stalled_inside_its_run_loses_the_lock_and_another_worker_rescues(pgq_dsn: str, db: DB) -> None:
+    # A worker that hangs (a paused process, an event loop blocked by a CPU-bound async handler) right
+    # after taking the rescue lock must not stop every other worker from rescuing for as long as it
+    # hangs: the lock statement bounds the idle time of its transaction (found by the chaos test).
+    stalled = psycopg.connect(pgq_dsn)  # not autocommit: the lock statement opens the run's transaction
+    try:
+        leader = stalled.execute(_sql.query("maintenance_lock"), {"key": RESCUE_LOCK_KEY}).fetchone()
+        assert leader is not None and leader[0] is True  # ... and now this "worker" hangs
+
+        async def main() -> None:
+            async with AsyncQueue(pgq_dsn) as queue:
+                job_id = await queue.enqueue("k")
+                await queue.claim(worker="dead", limit=1, lease=0.01)
+                db.rows("UPDATE pgq.jobs SET lease_expires_at = now() - interval '1 s'")
+                rescuer = Rescuer(queue)
+                assert not (await rescuer.run_once()).leader
+
+                async def rescued() -> bool:
+                    return (await rescuer.run_once()).counts.get("requeued") == 1
+
+                await async_wait_for(rescued, MAINTENANCE_IDLE_LIMIT_S + 10, "another worker to rescue the job",
+                                     interval=0.2)
+                job = await queue.get(job_id)
+                assert job is not None and job.status == pgq.JobStatus.QUEUED
+
+        asyncio.run(main())
+        # The server ended the hung transaction's session (the error may be lost with the connection).
+        with pytest.raises((psycopg.errors.IdleInTransactionSessionTimeout, psycopg.OperationalError)):
+            stalled.execute("SELECT 1")
+    finally:
+        stalled.close()
 
 
 @pytest.mark.parametrize("step", ["rescue", "retention", "periodic"])

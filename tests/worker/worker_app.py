@@ -71,6 +71,19 @@ def sleepy(n: int, seconds: float) -> int:
     return n
 
 
+@app.task(name="chaos", queue="work", retry=pgq.Backoff(initial=0.2, max_delay=1.0, min_delay=0.1))
+def chaos(n: int, ms: float, rerun_ms: float) -> dict[str, Any]:
+    """Work `ms` milliseconds (`rerun_ms` on later attempts), then record the side effect (one `effects`
+    row: job, attempt, lease token, pid) in its own autocommit transaction, outside pgq's
+    acknowledgement: a kill after the insert and before the acknowledgement repeats it (at-least-once).
+    The result names the attempt's lease token, so the stored result tells which attempt's
+    acknowledgement finished the job. Retries quickly after errors (a server restart breaks the pool's
+    connections)."""
+    time.sleep((ms if pgq.current_job().attempts == 1 else rerun_ms) / 1000)
+    record(n, "effect")
+    return {"n": n, "token": str(pgq.current_job().lease_token)}
+
+
 if os.environ.get("PGQ_TEST_PERIODIC") == "1":
 
     @app.periodic(every=1, name="tick", queue="work")
