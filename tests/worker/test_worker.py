@@ -200,8 +200,9 @@ def test_poll_later_snoozes_until_the_deadline_then_fails_as_timed_out(pgq_dsn: 
     job = db.rows("SELECT status::text, attempts, last_error FROM pgq.jobs")[0]
     assert (job["status"], job["attempts"]) == ("failed", 1)  # final at once: no retries of a timeout
     assert job["last_error"].startswith("PollingTimeout: timed out")
-    # Fast polls first, then slow ones, the last one at the deadline: 0, ~.1, ~.2, ~.3, ~.55, ~.8
-    assert 5 <= len(polls) <= 7, polls
+    # Fast polls first, then slow ones, the last one at the deadline: 0, ~.1, ~.2, ~.3, ~.55, ~.8. On a
+    # loaded machine each round trip may take longer than a fast interval, so fewer polls fit; never more.
+    assert 3 <= len(polls) <= 7, polls
     assert polls[-1] - polls[0] >= 0.7
 
 
