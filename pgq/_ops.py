@@ -65,7 +65,9 @@ class Operation(Generic[T]):
 
 
 def enqueue(specs: Sequence[JobSpec]) -> Operation[list[int]]:
-    """Enqueue `specs` in one statement; returns one id per spec, in order.
+    """Enqueue `specs` in one statement; returns one id per spec, in order. Jobs without dedupe keys
+    are plain INSERTs (job_insert_one, job_insert); any dedupe key sends the batch through
+    pgq.enqueue_many (job_enqueue_one, job_enqueue), where the dedupe and watermark rules live.
 
     Deduplicated specs (all with a dedupe_key) are retry-safe: re-running returns the same ids.
     """
@@ -80,6 +82,11 @@ def enqueue(specs: Sequence[JobSpec]) -> Operation[list[int]]:
                 "run_at": s.run_at, "delay": s.delay_s, "dedupe_key": s.dedupe_key, "watermark": s.watermark,
                 "max_attempts": s.max_attempts,
             })
+        elif all(s.dedupe_key is None for s in specs):
+            params = _enqueue_params(specs)
+            del params["dedupe_keys"]
+            rows = yield Stmt("job_insert", params, fetch="tuples")
+            return sorted(row[0] for row in rows)  # ids follow input order (sql/job_insert.sql)
         else:
             rows = yield Stmt("job_enqueue", _enqueue_params(specs))
         return [row["id"] for row in rows]

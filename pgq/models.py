@@ -125,14 +125,26 @@ class JobSpec:
     payload_json: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        _check_text("kind", self.kind, required=True)
-        _check_text("queue", self.queue, required=True)
+        kind, queue, priority = self.kind, self.queue, self.priority
+        # The common job (plain str names, an int priority, no options) passes three cheap tests; batch
+        # enqueues build thousands of specs, so anything else takes the detailed checks below.
+        if not (type(kind) is str and kind and "\x00" not in kind
+                and type(queue) is str and queue and "\x00" not in queue):
+            _check_text("kind", kind, required=True)
+            _check_text("queue", queue, required=True)
+        if type(priority) is not int or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+            if isinstance(priority, bool) or not isinstance(priority, int):
+                raise InvalidJob(f"priority must be an int, got {type(priority).__name__}")
+            if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+                raise InvalidJob(f"priority {priority} out of range [{PRIORITY_MIN}, {PRIORITY_MAX}]")
+        if (self.run_at is not None or self.delay is not None or self.dedupe_key is not None
+                or self.watermark is not None or self.max_attempts is not None):
+            self._check_options()
+        object.__setattr__(self, "payload_json", encode_json("payload", self.payload, {}))
+
+    def _check_options(self) -> None:
         if self.dedupe_key is not None:
             _check_text("dedupe_key", self.dedupe_key, required=True)
-        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
-            raise InvalidJob(f"priority must be an int, got {type(self.priority).__name__}")
-        if not PRIORITY_MIN <= self.priority <= PRIORITY_MAX:
-            raise InvalidJob(f"priority {self.priority} out of range [{PRIORITY_MIN}, {PRIORITY_MAX}]")
         if self.run_at is not None and self.delay is not None:
             raise InvalidJob("give run_at or delay, not both")
         if self.run_at is not None and (
@@ -150,7 +162,6 @@ class JobSpec:
             or self.max_attempts < 1
         ):
             raise InvalidJob(f"max_attempts must be an int >= 1, got {self.max_attempts!r}")
-        object.__setattr__(self, "payload_json", encode_json("payload", self.payload, {}))
 
     @property
     def delay_s(self) -> float | None:
@@ -182,15 +193,18 @@ def encode_json(what: str, value: JSON, default: JSON) -> str:
     them), contains NUL characters (Postgres text cannot hold them), or exceeds MAX_PAYLOAD_BYTES.
     """
     try:
-        text = json.dumps(default if value is None else value, allow_nan=False, separators=(",", ":"))
+        text = _ENCODER.encode(default if value is None else value)
     except (TypeError, ValueError) as exc:
         raise InvalidJob(f"{what} is not JSON-serializable: {exc}") from None
-    if _JSON_NUL.search(text):
+    if "\\u0000" in text and _JSON_NUL.search(text):
         raise InvalidJob(f"{what} contains a NUL character, which Postgres cannot store")
     if len(text) > MAX_PAYLOAD_BYTES and len(text.encode()) > MAX_PAYLOAD_BYTES:
         raise InvalidJob(f"{what} is {len(text.encode())} bytes of JSON; the limit is {MAX_PAYLOAD_BYTES}")
     return text
 
+
+# One encoder for every call: json.dumps with options builds a new one each time.
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 
 # An escaped NUL in JSON text: "\u0000" not itself preceded by an escaping backslash.
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
