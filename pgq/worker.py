@@ -675,6 +675,7 @@ class Worker:
         self._start_held()
         self._adapt_prefetch(now)
         if len(claims) < limit and generation == self._ready_gen:
+            await asyncio.sleep(0)  # let the handlers just started begin before the next round trip
             # Nothing more is ready (unless a NOTIFY or a timer came meanwhile: the generation says).
             # Sleep until the next poll, or until the earliest scheduled job when that is sooner.
             self._ready = False
