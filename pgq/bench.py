@@ -279,7 +279,10 @@ def _count(conn: psycopg.Connection[Any], sql: str, queue: str) -> int:
     return int(row[0])
 
 
-_UNFINISHED_SQL = "SELECT count(*) FROM pgq.jobs WHERE queue = %s AND status IN ('queued', 'running')"
+# Written as an OR of the two statuses so that Postgres combines the partial indexes of queued and of
+# running jobs (BitmapOr); `status IN (...)` matches neither and scans every finished job, which with a
+# million of them costs more than the drain being watched.
+_UNFINISHED_SQL = "SELECT count(*) FROM pgq.jobs WHERE queue = %s AND (status = 'queued' OR status = 'running')"
 
 
 def _specs(queue: str, start: int, stop: int) -> list[JobSpec]:
