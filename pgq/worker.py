@@ -113,10 +113,13 @@ class WorkerConfig:
     - `shutdown_timeout`: longest wait at shutdown for the last acknowledgements and releases when
       the database does not answer (jobs not acknowledged are rescued after their lease).
     - `prefetch`: jobs claimed beyond the free slots and held, leased and heartbeated, until a slot
-      frees (default: `concurrency`; 0 claims only for free slots). Bigger claims, fewer round
-      trips; a shutdown hands held jobs straight back.
-    - `claims_in_flight`: claims that may run at once (each for the slots free when it started; a
-      second one only for at least a quarter of the slots). 1 makes claims strictly sequential.
+      frees; 0 claims only for free slots. Default (None): adaptive, about PREFETCH_HORIZON seconds
+      of work at the rate jobs start, at least `concurrency` and at most PREFETCH_MAX: fast jobs get
+      big claims (few round trips per job), slow ones a small buffer that leaves a shallow queue to
+      other workers. A shutdown hands held jobs straight back.
+    - `claims_in_flight`: claims that may run at once (each for the room free when it started; a
+      second one only for a worthwhile batch). 1 makes claims strictly sequential. A claim starts at
+      once when a slot would otherwise idle, else when the prefetch buffer has half emptied.
     """
 
     queues: tuple[str, ...] | None = None

@@ -528,6 +528,46 @@ def test_handler_defer_async_uses_the_worker_queue(pgq_dsn: str, db: DB) -> None
     assert db.status_counts() == {"succeeded": 4}
 
 
+def test_adaptive_prefetch_grows_for_fast_jobs(pgq_dsn: str, db: DB) -> None:
+    """By default a worker holds about 0.1 s of work: with a deep queue of instant jobs that is far
+    more than its concurrency, so claims get big (few round trips per job)."""
+    app = pgq.App(pgq_dsn)
+
+    @app.task
+    async def instant(i: int) -> None:
+        pass
+
+    async def before(queue: AsyncQueue) -> None:
+        await queue.enqueue_many([pgq.JobSpec("instant", {"i": i}) for i in range(3000)])
+
+    worker = asyncio.run(run_worker_until(app, all_finished, before=before, concurrency=4))
+    assert db.status_counts() == {"succeeded": 3000}
+    assert worker._prefetch > 2 * 4, worker._prefetch  # the buffer grew past its floor (the concurrency)
+
+
+def test_adaptive_prefetch_stays_small_for_slow_jobs(pgq_dsn: str, db: DB) -> None:
+    """Slow jobs start a few times a second: 0.1 s of them is less than the concurrency, so a worker
+    holds at most twice its concurrency and leaves the rest of a shallow queue to other workers."""
+    app = pgq.App(pgq_dsn)
+
+    @app.task
+    async def slow(i: int) -> None:
+        await asyncio.sleep(0.2)
+
+    leased: list[int] = []
+
+    async def before(queue: AsyncQueue) -> None:
+        await queue.enqueue_many([pgq.JobSpec("slow", {"i": i}) for i in range(12)])
+
+    async def done(queue: AsyncQueue) -> bool:
+        leased.append(db.value("SELECT count(*) FROM pgq.jobs WHERE status = 'running'"))
+        return await all_finished(queue)
+
+    asyncio.run(run_worker_until(app, done, before=before, concurrency=2))
+    assert db.status_counts() == {"succeeded": 12}
+    assert max(leased) <= 4, leased  # 2 running + 2 held, never the whole queue
+
+
 def test_prefetched_jobs_wait_for_a_slot_and_go_back_at_shutdown(pgq_dsn: str, db: DB) -> None:
     """With prefetch, a worker holds more jobs than it runs: running never exceeds the concurrency,
     and at shutdown the held jobs are back in `queued` at once, their claim's attempt given back."""
