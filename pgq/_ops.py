@@ -83,15 +83,36 @@ def enqueue(specs: Sequence[JobSpec]) -> Operation[list[int]]:
                 "max_attempts": s.max_attempts,
             })
         elif all(s.dedupe_key is None for s in specs):
-            params = _enqueue_params(specs)
-            del params["dedupe_keys"]
-            rows = yield Stmt("job_insert", params, fetch="tuples")
+            rows = yield Stmt("job_insert", _insert_params(specs), fetch="tuples")
             return sorted(row[0] for row in rows)  # ids follow input order (sql/job_insert.sql)
         else:
             rows = yield Stmt("job_enqueue", _enqueue_params(specs))
         return [row["id"] for row in rows]
 
     return Operation("job_enqueue", steps, retry_safe=all(s.dedupe_key is not None for s in specs))
+
+
+def _insert_params(specs: Sequence[JobSpec]) -> dict[str, Any]:
+    """Parameters of job_insert: a column shared by the whole batch as one scalar (NULL array), a
+    column that is None for every job as a NULL array, the others as arrays."""
+    params: dict[str, Any] = {"payloads": [s.payload_json for s in specs]}
+    columns: tuple[tuple[str, list[Any]], ...] = (
+        ("kind", [s.kind for s in specs]),
+        ("queue", [s.queue for s in specs]),
+        ("priority", [s.priority for s in specs]),
+    )
+    for (scalar, values), array in zip(columns, ("kinds", "queues", "priorities"), strict=True):
+        shared = values.count(values[0]) == len(values)
+        params[scalar], params[array] = (values[0], None) if shared else (None, values)
+    optional: tuple[tuple[str, list[Any]], ...] = (
+        ("run_ats", [s.run_at for s in specs]),
+        ("delays", [s.delay_s for s in specs]),
+        ("watermarks", [s.watermark for s in specs]),
+        ("max_attempts", [s.max_attempts for s in specs]),
+    )
+    for array, values in optional:
+        params[array] = None if values.count(None) == len(values) else values
+    return params
 
 
 def _enqueue_params(specs: Sequence[JobSpec]) -> dict[str, Any]:

@@ -5,13 +5,17 @@
 -- pgq.enqueue_many: run_at now() (or now() + delay), 25 attempts.
 WITH ins AS (
     INSERT INTO pgq.jobs (kind, payload, queue, priority, run_at, max_attempts, input_watermark)
-    SELECT i.kind, i.payload::jsonb, i.queue, i.priority,
+    -- A column whose value is the same for the whole batch (kind, queue, priority: usually so) comes
+    -- as one scalar with a NULL array, and a column that is NULL for every job as a NULL array: the
+    -- client then encodes a few values instead of thousands. unnest pads a NULL array with NULLs.
+    SELECT coalesce(i.kind, %(kind)s::text), i.payload::jsonb, coalesce(i.queue, %(queue)s::text),
+           coalesce(i.priority, %(priority)s::smallint),
            coalesce(i.run_at, now() + make_interval(secs => i.delay), now()), coalesce(i.max_attempts, 25),
            i.watermark
-    FROM unnest(%(kinds)b::text[], %(payloads)b::text[], %(queues)b::text[], %(priorities)b::smallint[],
+    FROM unnest(%(payloads)b::text[], %(kinds)b::text[], %(queues)b::text[], %(priorities)b::smallint[],
                 %(run_ats)b::timestamptz[], %(delays)b::double precision[], %(watermarks)b::bigint[],
                 %(max_attempts)b::integer[])
-         WITH ORDINALITY AS i(kind, payload, queue, priority, run_at, delay, watermark, max_attempts, ord)
+         WITH ORDINALITY AS i(payload, kind, queue, priority, run_at, delay, watermark, max_attempts, ord)
     -- Rows are inserted, and so take their ids from the sequence, in input order: the caller sorts
     -- the returned ids to match them with its input.
     ORDER BY i.ord

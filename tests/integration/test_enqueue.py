@@ -41,6 +41,35 @@ def test_enqueue_many_is_one_statement_and_keeps_input_order(pgq_queue: Queue, d
         assert by_id[job_id]["i"] == str(i) and by_id[job_id]["queue"] == f"q{i % 3}"
 
 
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-columns", "mixed-columns"])
+def test_enqueue_many_stores_each_jobs_own_options(pgq_queue: Queue, db: SQL, shared: bool) -> None:
+    """A batch without dedupe keys is one plain INSERT that sends a column shared by every job as one
+    value and a column that no job sets as NULL: each row must still get exactly its own values."""
+    at = dt.datetime(2030, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    specs = [
+        JobSpec("k" if shared else f"k{i % 3}", {"i": i}, queue="q" if shared else f"q{i % 2}",
+                priority=0 if shared else i % 5 - 2,
+                run_at=None if shared or i % 4 else at,
+                delay=None if shared or i % 4 != 1 else 3600,
+                watermark=None if shared or i % 4 != 2 else i,
+                max_attempts=None if shared or i % 4 != 3 else 7)
+        for i in range(40)
+    ]
+    ids = pgq_queue.enqueue_many(specs)
+    rows = {r["id"]: r for r in db(
+        "SELECT id, kind, payload, queue, priority, run_at, run_at > now() + interval '3599 s' AS delayed,"
+        " input_watermark, max_attempts FROM pgq.jobs")}
+    for spec, job_id in zip(specs, ids, strict=True):
+        row = rows[job_id]
+        assert (row["kind"], row["payload"], row["queue"], row["priority"]) == (
+            spec.kind, spec.payload, spec.queue, spec.priority)
+        if spec.run_at is not None:
+            assert row["run_at"] == at
+        assert row["delayed"] is (spec.delay is not None or spec.run_at is not None)
+        assert row["input_watermark"] == spec.watermark
+        assert row["max_attempts"] == (spec.max_attempts or 25)
+
+
 def test_enqueue_many_accepts_mappings(pgq_queue: Queue) -> None:
     ids = pgq_queue.enqueue_many([{"kind": "a", "payload": {"x": 1}}, {"kind": "b", "queue": "other"}])
     jobs = [pgq_queue.get(i) for i in ids]
