@@ -8,7 +8,8 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
+from typing import Any, NoReturn
 
 from .errors import InvalidJob
 
@@ -194,9 +195,11 @@ def encode_json(what: str, value: JSON, default: JSON) -> str:
     them), contains NUL characters (Postgres text cannot hold them), or exceeds MAX_PAYLOAD_BYTES.
     """
     try:
-        text = _ENCODER.encode(default if value is None else value)
+        text = _encode(default if value is None else value)
     except (TypeError, ValueError) as exc:
         raise InvalidJob(f"{what} is not JSON-serializable: {exc}") from None
+    except RecursionError:
+        raise InvalidJob(f"{what} is not JSON-serializable: it contains itself (or nests too deeply)") from None
     if "\\u0000" in text and _JSON_NUL.search(text):
         raise InvalidJob(f"{what} contains a NUL character, which Postgres cannot store")
     if len(text) > MAX_PAYLOAD_BYTES and len(text.encode()) > MAX_PAYLOAD_BYTES:
@@ -204,8 +207,25 @@ def encode_json(what: str, value: JSON, default: JSON) -> str:
     return text
 
 
-# One encoder for every call: json.dumps with options builds a new one each time.
-_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+def _unserializable(value: object) -> NoReturn:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# One encoder for every call, built once: json.dumps with options builds a new one each time, and
+# JSONEncoder.encode a new C encoder. Output as json.dumps(value, separators=(",", ":"),
+# allow_nan=False); no circular-reference bookkeeping (a value that contains itself ends in
+# RecursionError instead). Stateless, so threads may share it.
+_py_encoder = json.JSONEncoder(allow_nan=False, separators=(",", ":"), check_circular=False)
+_c_encoder = (
+    None if c_make_encoder is None  # CPython without its _json accelerator
+    else c_make_encoder(None, _unserializable, encode_basestring_ascii, None, ":", ",", False, False, False)
+)
+
+
+def _encode(value: JSON) -> str:
+    if _c_encoder is None:  # pragma: no cover
+        return _py_encoder.encode(value)
+    return "".join(_c_encoder(value, 0))
 
 # An escaped NUL in JSON text: "\u0000" not itself preceded by an escaping backslash.
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")

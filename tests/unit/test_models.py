@@ -47,3 +47,18 @@ def test_bool_is_not_an_int_for_priority_or_watermark() -> None:
         JobSpec("k", priority=True)
     with pytest.raises(InvalidJob):
         JobSpec("k", watermark=False)
+
+
+def test_payload_encoding_matches_json_dumps_and_rejects_what_jsonb_cannot_hold() -> None:
+    import json
+
+    value = {"a": [1, 2.5, "é\n\"", None, True, {"b": -3}], 7: "int key", "t": ()}
+    assert encode_json("payload", value, {}) == json.dumps(value, separators=(",", ":"), allow_nan=False)
+    for bad, why in (({"x": float("nan")}, "Out of range float"), ({"x": object()}, "object"),
+                     ({"x": {1, 2}}, "set")):
+        with pytest.raises(InvalidJob, match=why):
+            JobSpec("k", bad)
+    looped: list[object] = []
+    looped.append(looped)
+    with pytest.raises(InvalidJob, match="contains itself"):
+        JobSpec("k", {"loop": looped})
