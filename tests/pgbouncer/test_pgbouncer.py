@@ -19,7 +19,6 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,24 +30,13 @@ import pgq
 from pgq import JobStatus, LeaseLost, PgqError, Queue
 from pgq.maintenance import RESCUE_LOCK_KEY, Rescuer
 
+from ..worker.conftest import wait_for
 from .conftest import Bouncer, running_bouncer
 
 LISTENERS_SQL = (
     "SELECT count(*) AS n FROM pg_stat_activity "
     "WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE '%%LISTEN pgq%%'"
 )
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll `condition()` until truthy (returned) or `timeout` passes (fail)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what} (last value: {value!r})")
-        time.sleep(0.02)
 
 
 def direct_rows(bouncer: Bouncer, query: str, params: Any = None) -> list[dict[str, Any]]:
@@ -287,12 +275,14 @@ def test_workers_through_pgbouncer_listen_direct_or_poll(bouncer: Bouncer, caplo
             await asyncio.to_thread(wait_for, lambda: succeeded(ids), 20, "NOTIFY to wake worker A")
 
             # Worker B: PgBouncer only, no listen_dsn: it must poll, and never LISTEN through the pooler.
-            polling = app.worker(queues=["w"], concurrency=8, lease=5, poll_interval=0.2, claimed_by="polls",
-                                 rescue_interval=0.3)
+            # Queue w-poll is B's alone: A, prefetching fast jobs, may well take every job of w.
+            polling = app.worker(queues=["w", "w-poll"], concurrency=8, lease=5, poll_interval=0.2,
+                                 claimed_by="polls", rescue_interval=0.3)
             b = asyncio.create_task(polling.run_async())
             try:
                 more = await asyncio.to_thread(producer.enqueue_many,
-                                               [pgq.JobSpec("work", {"n": n}, queue="w") for n in range(200)])
+                                               [pgq.JobSpec("work", {"n": n}, queue=q) for n in range(100)
+                                                for q in ("w", "w-poll")])
 
                 def die() -> int:  # a dead worker's job, for maintenance to rescue
                     lost = producer.enqueue("work", {"n": 999}, queue="w-lost")
@@ -317,7 +307,7 @@ def test_workers_through_pgbouncer_listen_direct_or_poll(bouncer: Bouncer, caplo
 
     try:
         listening, polling = asyncio.run(scenario())
-        jobs = producer.list(queue="w", limit=1000)
+        jobs = producer.list(queue="w", limit=1000) + producer.list(queue="w-poll", limit=1000)
     finally:
         producer.close()
     assert {j.status for j in jobs} == {JobStatus.SUCCEEDED}
@@ -325,7 +315,7 @@ def test_workers_through_pgbouncer_listen_direct_or_poll(bouncer: Bouncer, caplo
     assert len(runs) == len(jobs)
     ticks = [j for j in jobs if j.kind == "tick"]
     assert ticks and len({j.dedupe_key for j in ticks}) == len(ticks)  # each tick enqueued once
-    assert polling.stats["succeeded"] > 0 and listening.stats["succeeded"] > 61
+    assert polling.stats["succeeded"] >= 100 and listening.stats["succeeded"] > 61
     poll_lines = [r for r in caplog.records if getattr(r, "event", None) == "worker_poll_only"]
     assert [r.getMessage().split(":")[0] for r in poll_lines] == ["worker polls"]
     assert "polling every 0.2 s" in poll_lines[0].getMessage()
