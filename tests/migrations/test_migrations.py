@@ -173,9 +173,9 @@ def test_upgrade_executes_ddl_verbatim(pgq_empty_dsn: str, monkeypatch: pytest.M
     function = f"CREATE FUNCTION pgq.tricky() RETURNS text LANGUAGE sql AS $fn$ {tricky} $fn$;"
     real_schema_file = schema_file
 
-    def with_tricky_function(name: str) -> str:
-        extra = function if name.endswith(".up.sql") else "DROP FUNCTION pgq.tricky();"
-        return real_schema_file(name) + "\n" + extra + "\n"
+    def with_tricky_function(name: str) -> str:  # added by revision 0001, dropped by its downgrade
+        extras = {"0001_initial.up.sql": function, "0001_initial.down.sql": "DROP FUNCTION pgq.tricky();"}
+        return real_schema_file(name) + "\n" + extras.get(name, "") + "\n"
 
     monkeypatch.setattr(migrate, "schema_file", with_tricky_function)
 
@@ -360,3 +360,25 @@ def test_ensure_migrated_passes_at_head_inside_an_open_transaction(pgq_dsn: str)
     with psycopg.connect(pgq_dsn, autocommit=True) as conn:
         migrate.ensure_migrated(conn)
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_0003_sets_churn_storage_parameters_and_its_downgrade_removes_everything_it_added(pgq_dsn: str) -> None:
+    reloptions = "SELECT reloptions FROM pg_class WHERE oid = 'pgq.jobs'::regclass"
+    added = """
+        SELECT c.relname FROM pg_class c
+        WHERE c.relnamespace = 'pgq'::regnamespace
+          AND c.relname IN ('queue_backlog', 'stuck_jobs', 'failing_jobs', 'workers',
+                            'jobs_failed_idx', 'jobs_retrying_idx')
+        ORDER BY 1
+    """
+    [(options,)] = query(pgq_dsn, reloptions)
+    assert {"fillfactor=70", "autovacuum_vacuum_scale_factor=0", "autovacuum_vacuum_threshold=10000",
+            "autovacuum_analyze_threshold=5000", "autovacuum_vacuum_cost_delay=1"} <= set(options)
+    assert len(query(pgq_dsn, added)) == 6
+
+    migrate.downgrade(pgq_dsn, "0001")
+
+    assert query(pgq_dsn, reloptions) == [(None,)]
+    assert query(pgq_dsn, added) == []
+    migrate.upgrade(pgq_dsn)
+    assert query(pgq_dsn, reloptions) == [(options,)]
