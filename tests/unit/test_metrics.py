@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from pgq import InvalidJob
 from pgq.metrics import DURATION_BUCKETS, JOB_EVENTS, Backlog, Metrics, format_value
+from pgq.worker import WorkerConfig
 from tests.prometheus import parse
 
 
@@ -97,3 +99,21 @@ def test_watch_reads_worker_state_at_render_time() -> None:
                                              (1e-7, "1e-07")])
 def test_format_value(value: float, text: str) -> None:
     assert format_value(value) == text
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"metrics_port": -1}, "metrics_port must be an int >= 0"),
+    ({"metrics_port": 65536}, "metrics_port must be an int in 0..65535"),
+    ({"metrics_port": True}, "metrics_port must be an int"),
+    ({"metrics_port": "9100"}, "metrics_port must be an int"),
+    ({"metrics_host": ""}, "metrics_host must be a non-empty str"),
+])
+def test_worker_config_rejects_bad_metrics_settings(settings: dict[str, object], message: str) -> None:
+    with pytest.raises(InvalidJob, match=message):
+        WorkerConfig.build(**settings)
+
+
+def test_worker_config_accepts_metrics_port_zero_and_defaults_to_localhost() -> None:
+    config = WorkerConfig.build(metrics_port=0)
+    assert (config.metrics_port, config.metrics_host) == (0, "127.0.0.1")
+    assert WorkerConfig().metrics_port is None
