@@ -20,7 +20,7 @@ status, the size of the table and of each index, dead row versions and autovacuu
 the claim latency p50/p99 over the interval: of the loop's batch claims, and of a probe that claims
 one job 200 times in transactions it rolls back (the latency a freshly woken worker sees).
 `--default-storage` resets pgq.jobs' storage parameters to the server defaults first, for comparison
-with the settings of revision 0003.
+with the settings of revision 0003; `--fillfactor N` then sets the table's fillfactor.
 
 Vacuum: when the server runs autovacuum, the script leaves vacuuming to it. When the server has
 autovacuum off (some shared development servers do), a thread of the script stands in for it: every
@@ -213,6 +213,8 @@ def run(dsn: str, args: argparse.Namespace) -> None:
                 "autovacuum_vacuum_insert_threshold, autovacuum_analyze_scale_factor, "
                 "autovacuum_analyze_threshold, autovacuum_vacuum_cost_limit, autovacuum_vacuum_cost_delay)"
             )
+        if args.fillfactor is not None:
+            conn.execute(f"ALTER TABLE pgq.jobs SET (fillfactor = {args.fillfactor:d})".encode())
         options = conn.execute("SELECT reloptions FROM pg_class WHERE oid = 'pgq.jobs'::regclass").fetchone()
         print(f"pgq.jobs storage parameters: {options['reloptions'] if options else None}")
         autovacuum = conn.execute(
@@ -293,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-every", type=int, default=100_000, help="jobs between reports (default: 100000)")
     parser.add_argument("--default-storage", action="store_true",
                         help="reset pgq.jobs' fillfactor and autovacuum settings to the server's defaults first")
+    parser.add_argument("--fillfactor", type=int, choices=range(10, 101), metavar="10..100", default=None,
+                        help="set pgq.jobs' fillfactor to this before the run (after --default-storage)")
     parser.add_argument("--naptime", type=float, default=None,
                         help="seconds between runs of the stand-in autovacuum, when the server has autovacuum "
                         "off (default: the server's autovacuum_naptime)")

@@ -25,7 +25,7 @@ def test_churn_script_runs_reports_and_drops_its_database(pgq_server_dsn: str) -
     lines = result.stdout.splitlines()
     name = lines[0].split()[2]
     assert name.startswith("pgq_churn_")
-    assert "fillfactor=70" in lines[1]
+    assert "fillfactor=90" in lines[1]
     rows = [line.split() for line in lines if " / " in line]  # the progress lines: latencies "p50 / p99"
     assert rows[0][0] == "start" and rows[-1][:2] == ["end", "3,000"]
     assert len(rows) >= 4  # start, 1,000, 2,000, end

@@ -372,7 +372,7 @@ def test_0003_sets_churn_storage_parameters_and_its_downgrade_removes_everything
         ORDER BY 1
     """
     [(options,)] = query(pgq_dsn, reloptions)
-    assert {"fillfactor=70", "autovacuum_vacuum_scale_factor=0", "autovacuum_vacuum_threshold=10000",
+    assert {"fillfactor=90", "autovacuum_vacuum_scale_factor=0", "autovacuum_vacuum_threshold=10000",
             "autovacuum_analyze_threshold=5000", "autovacuum_vacuum_cost_delay=1"} <= set(options)
     assert len(query(pgq_dsn, added)) == 6
 
