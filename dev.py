@@ -57,7 +57,7 @@ def cmd_test(args: list[str]) -> int:
     args = [a for a in args if a != "--no-lint"]
     ensure_venv()
     if lint:
-        if run(BIN / "ruff", "check", "pgq", "tests", "alembic", "dev.py") != 0:
+        if run(BIN / "ruff", "check", "pgq", "tests", "alembic", "bench", "dev.py") != 0:
             return 1
         if run(BIN / "mypy") != 0:
             return 1

@@ -438,6 +438,18 @@ def queue_stats() -> Operation[list[dict[str, Any]]]:
     return Operation("queue_stats", steps, retry_safe=True)
 
 
+def queue_backlog(queues: Sequence[str] | None) -> Operation[list[dict[str, Any]]]:
+    """Rows of the pgq.queue_backlog view for `queues` (None: all): per queue ready, scheduled,
+    running, expired_leases and oldest_ready_age_s (seconds, None when nothing is ready)."""
+    queue_list = _text_list("queues", queues)
+
+    def steps() -> Steps[list[dict[str, Any]]]:
+        rows = yield Stmt("queue_backlog", {"queues": queue_list})
+        return [dict(row) for row in rows]
+
+    return Operation("queue_backlog", steps, retry_safe=True)
+
+
 def _text_list(name: str, values: Iterable[str] | None) -> list[str] | None:
     if values is None:
         return None
@@ -606,16 +618,19 @@ def _leader(lock_key: int) -> Steps[tuple[bool, dt.datetime]]:
     return bool(rows[0]["leader"]), rows[0]["now"]
 
 
-def rescue_as_leader(lock_key: int, limit: int = RESCUE_BATCH) -> Operation[LeaderRun[list[tuple[int, str]]]]:
+def rescue_as_leader(
+    lock_key: int, limit: int = RESCUE_BATCH
+) -> Operation[LeaderRun[list[tuple[int, str, str, str]]]]:
     """One transaction: take the rescue lock (`pg_try_advisory_xact_lock(lock_key)`), and when it was
-    free, rescue up to `limit` expired attempts. Value: (job id, new status) per job rescued."""
+    free, rescue up to `limit` expired attempts. Value: (job id, new status, queue, kind) per job
+    rescued."""
 
-    def steps() -> Steps[LeaderRun[list[tuple[int, str]]]]:
+    def steps() -> Steps[LeaderRun[list[tuple[int, str, str, str]]]]:
         leader, now = yield from _leader(lock_key)
         if not leader:
             return LeaderRun(False, now, None)
         rows = yield Stmt("job_rescue", {"limit": limit})
-        return LeaderRun(True, now, [(row["id"], row["status"]) for row in rows])
+        return LeaderRun(True, now, [(row["id"], row["status"], row["queue"], row["kind"]) for row in rows])
 
     return Operation("job_rescue", steps, transaction=True)
 

@@ -307,6 +307,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="worker name recorded on the jobs it claims (default: HOST-PID)",
     )
     p.add_argument(
+        "--metrics-port", metavar="PORT", type=_int_range("metrics port", 0, 65535),
+        help="serve Prometheus metrics at http://HOST:PORT/metrics: jobs claimed, succeeded, retried, "
+        "failed, rescued and lease losses by queue and kind, a job duration histogram, queue depth and "
+        "oldest ready age from the database (read at most every 5 s), LISTEN reconnects; 0 picks a "
+        "free port (logged) (default: no metrics server)",
+    )
+    p.add_argument(
+        "--metrics-host", metavar="HOST", type=_non_empty("metrics host"),
+        help="address the metrics server binds; 0.0.0.0 for every interface (default: 127.0.0.1)",
+    )
+    p.add_argument(
         "--log-level", metavar="LEVEL", default="INFO", type=str.upper,
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="DEBUG, INFO, WARNING or ERROR (default: INFO)",
@@ -749,6 +760,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         "dsn": args.dsn,
         "listen_dsn": args.listen_dsn,
         "pgbouncer": True if args.pgbouncer else None,
+        "metrics_port": args.metrics_port,
+        "metrics_host": args.metrics_host,
     }
     # Options left out keep App.worker's defaults, so they are defined in one place.
     worker = app.worker(**{k: v for k, v in options.items() if v is not None})

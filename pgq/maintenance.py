@@ -27,6 +27,7 @@ from . import _ops
 from .app import Periodic
 from .client import AsyncQueue
 from .errors import NotMigrated
+from .metrics import Metrics
 from .models import JobSpec
 
 __all__ = [
@@ -63,11 +64,13 @@ class StepResult:
 
 class Rescuer:
     """Rescues attempts whose lease expired (their worker died or hung): jobs with attempts left are
-    queued again at once (their workers notified), the others failed. See `job_rescue.sql`."""
+    queued again at once (their workers notified), the others failed. See `job_rescue.sql`.
+    Each rescued job counts as event "rescued" in `metrics`, when given."""
 
-    def __init__(self, queue: AsyncQueue, *, batch: int = _ops.RESCUE_BATCH) -> None:
+    def __init__(self, queue: AsyncQueue, *, batch: int = _ops.RESCUE_BATCH, metrics: Metrics | None = None) -> None:
         self._queue = queue
         self._batch = batch
+        self._metrics = metrics
 
     async def run_once(self) -> StepResult:
         """Rescue every expired attempt, `batch` per transaction, if this worker gets the lock.
@@ -82,7 +85,9 @@ class Rescuer:
                 if requeued or failed:  # lost the lock between batches: someone else goes on
                     break
                 return StepResult(False)
-            for job_id, status in run.value:
+            for job_id, status, queue, kind in run.value:
+                if self._metrics is not None:
+                    self._metrics.job_event("rescued", queue, kind)
                 if status == "failed":
                     failed += 1
                 else:
@@ -210,7 +215,8 @@ class Maintenance:
     seconds after which finished jobs are deleted (None: never), checked every `retention_interval`.
     Periodic runs follow the ticks. A failing step (database down) is logged and retried with
     backoff; it never ends the loop, except NotMigrated, which is raised. A step the database refuses
-    to the worker's role (InsufficientPrivilege) is logged once and not run again by this worker.
+    to the worker's role (InsufficientPrivilege) is logged once and not run again by this worker. `metrics`
+    counts rescues.
     """
 
     def __init__(
@@ -222,8 +228,9 @@ class Maintenance:
         retention: float | None,
         retention_interval: float,
         periodic_cap: float = 30.0,
+        metrics: Metrics | None = None,
     ) -> None:
-        self.rescuer = Rescuer(queue)
+        self.rescuer = Rescuer(queue, metrics=metrics)
         self.periodic = PeriodicEnqueuer(queue, periodic)
         self.retention = None if retention is None else Retention(queue, retention)
         self._rescue_interval = rescue_interval

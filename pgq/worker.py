@@ -58,6 +58,7 @@ from .client import AsyncQueue, pool_kwargs
 from .errors import InvalidJob, NotMigrated, PgqError
 from .listener import Listener
 from .maintenance import Maintenance
+from .metrics import BacklogReader, Metrics, MetricsServer
 from .models import JSON, Claim, Job, JobStatus, encode_json
 
 __all__ = ["Worker", "WorkerConfig", "default_worker_name"]
@@ -120,6 +121,10 @@ class WorkerConfig:
     - `claims_in_flight`: claims that may run at once (each for the room free when it started; a
       second one only for a worthwhile batch). 1 makes claims strictly sequential. A claim starts at
       once when a slot would otherwise idle, else when the prefetch buffer has half emptied.
+    - `metrics_port`: serve Prometheus metrics at http://metrics_host:metrics_port/metrics from a
+      thread of their own (None: no server; 0: any free port, see `Worker.metrics_address`). See
+      `pgq.metrics` for the metrics.
+    - `metrics_host`: address the metrics server binds (default 127.0.0.1: this machine only).
     """
 
     queues: tuple[str, ...] | None = None
@@ -142,6 +147,8 @@ class WorkerConfig:
     prefetch: int | None = None
     listen_dsn: str | None = None
     pgbouncer: bool | None = None
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         if self.queues is not None and (
@@ -156,6 +163,12 @@ class WorkerConfig:
             _check_int("prefetch", self.prefetch, 0)
         if self.pool_size is not None:
             _check_int("pool_size", self.pool_size, 1)
+        if self.metrics_port is not None:
+            _check_int("metrics_port", self.metrics_port, 0)
+            if self.metrics_port > 65535:
+                raise InvalidJob(f"metrics_port must be an int in 0..65535, got {self.metrics_port!r}")
+        if not isinstance(self.metrics_host, str) or not self.metrics_host:
+            raise InvalidJob("metrics_host must be a non-empty str")
         for name in ("lease", "poll_interval", "retention_interval", "shutdown_timeout"):
             _check_seconds(name, getattr(self, name), positive=True)
         for name in ("drain_timeout", "ack_delay"):
@@ -357,6 +370,10 @@ class Worker:
         self._loop_thread = 0
         self._counts: dict[str, int] = dict.fromkeys(
             ("claimed", "succeeded", "retried", "failed", "snoozed", "released", "lost"), 0)
+        self.metrics = Metrics(self.config.claimed_by, queues=self.config.queues,
+                               concurrency=self.config.concurrency)
+        """The worker's Prometheus metrics (served when `metrics_port` is set; `render()` them anywhere)."""
+        self._metrics_server: MetricsServer | None = None
 
     # -- public API --------------------------------------------------------------------------------
 
@@ -370,6 +387,15 @@ class Worker:
         """Counters since start: claimed, succeeded, retried, failed, snoozed, released, lost
         (acknowledgements refused because the lease was lost). A copy; read from any thread."""
         return dict(self._counts)
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """(host, port) the metrics server listens on while the worker runs; None without one."""
+        return self._metrics_server.address if self._metrics_server is not None else None
+
+    def _count(self, event: str, job: Job) -> None:
+        self._counts[event] += 1
+        self.metrics.job_event(event, job.queue, job.kind)
 
     def run(self) -> None:
         """Run until stopped by a signal or `stop()`; blocks. See the class docstring."""
@@ -426,6 +452,8 @@ class Worker:
         background: list[asyncio.Task[Any]] = []
         listener: Listener | None = None
         try:
+            if cfg.metrics_port is not None:
+                self._start_metrics(dsn)
             logger.info("worker %s started: queues %s, concurrency %d, lease %g s", cfg.claimed_by,
                         ", ".join(cfg.queues) if cfg.queues else "(all)", cfg.concurrency, cfg.lease,
                         extra={"event": "worker_start", "worker": cfg.claimed_by})
@@ -438,11 +466,13 @@ class Worker:
             elif cfg.listen:
                 listener = Listener(cfg.listen_dsn or dsn, on_notify=self._on_notify, on_connect=self._on_listen,
                                     connect_kwargs=self.app.connect_kwargs)
+                self._watch(listener)
                 background.append(self._spawn(listener.run(), "listener"))
             if cfg.maintenance:
                 maintenance = Maintenance(self._queue, self.app.periodic_tasks,
                                           rescue_interval=cfg.effective_rescue_interval,
-                                          retention=cfg.retention, retention_interval=cfg.retention_interval)
+                                          retention=cfg.retention, retention_interval=cfg.retention_interval,
+                                          metrics=self.metrics)
                 background.append(self._spawn(maintenance.run(), "maintenance"))
             producer = self._spawn(self._produce(), "producer")
             background.append(producer)
@@ -459,12 +489,29 @@ class Worker:
                 loop.remove_signal_handler(sig)
             self.app._bind_async_queue(loop, None)
             self._threads.shutdown()
+            if self._metrics_server is not None:
+                await asyncio.to_thread(self._metrics_server.stop)
             await pool.close(timeout=2.0)
             logger.info("worker %s stopped: %s", cfg.claimed_by,
                         ", ".join(f"{k} {v}" for k, v in self._counts.items()),
                         extra={"event": "worker_stop", "worker": cfg.claimed_by, **self._counts})
         if self._fatal is not None:
             raise self._fatal
+
+    def _start_metrics(self, dsn: str) -> None:
+        cfg = self.config
+        assert cfg.metrics_port is not None
+        self._watch(None)
+        reader = BacklogReader(dsn, queues=cfg.queues, connect_kwargs=self.app.connect_kwargs)
+        self._metrics_server = MetricsServer(self.metrics, cfg.metrics_host, cfg.metrics_port, reader)
+        self._metrics_server.start()  # PgqError when the port is taken: the worker does not start
+        host, port = self._metrics_server.address
+        logger.info("serving metrics at http://%s:%d/metrics", host, port, extra={"event": "metrics_start"})
+
+    def _watch(self, listener: Listener | None) -> None:
+        self.metrics.watch(running=lambda: len(self._running), prefetched=lambda: len(self._held),
+                           listen_connected=lambda: listener.connected if listener is not None else None,
+                           listen_reconnects=lambda: listener.reconnects if listener is not None else 0)
 
     # -- state ---------------------------------------------------------------------------------------
 
@@ -749,7 +796,7 @@ class Worker:
                 await self._stopping.wait()
 
     def _start(self, claim: Claim, claimed_at: float) -> None:
-        self._counts["claimed"] += 1
+        self._count("claimed", claim.job)
         run = _Running(claim, claimed_at)
         self._running[claim.id] = run
         run.task = asyncio.get_running_loop().create_task(self._execute(run))
@@ -872,6 +919,8 @@ class Worker:
         return ("failed" if final else "retry"), summary
 
     def _log_finish(self, job: Job, outcome: str, seconds: float, error: str | None) -> None:
+        if outcome != "released":
+            self.metrics.job_duration(job.queue, job.kind, seconds)
         level = {"succeeded": logging.INFO, "snoozed": logging.INFO, "retry": logging.WARNING,
                  "released": logging.WARNING}.get(outcome, logging.ERROR)
         if not logger.isEnabledFor(level):
@@ -964,7 +1013,7 @@ class Worker:
                     for claim, _ in batch.completes:
                         status = done.get(claim.id)
                         if status is not None:
-                            self._counts["succeeded" if status == JobStatus.SUCCEEDED else "retried"] += 1
+                            self._count("succeeded" if status == JobStatus.SUCCEEDED else "retried", claim.job)
                         self._settled(claim, status is not None, "complete")
             if batch.fails:
                 failed = await self._ack(_ops.fail(batch.fails, raise_lost=False), batch.fails)
@@ -975,10 +1024,10 @@ class Worker:
                         job = failed.get(claim.id)
                         if job is not None:
                             if job.status == JobStatus.QUEUED:
-                                self._counts["retried"] += 1
+                                self._count("retried", claim.job)
                                 self._wake_at(retry_in if retry_in is not None else 1.0)
                             else:
-                                self._counts["failed"] += 1
+                                self._count("failed", claim.job)
                         self._settled(claim, job is not None, "fail")
             if batch.snoozes:
                 snoozed = await self._ack(_ops.snooze(batch.snoozes, raise_lost=False), batch.snoozes)
@@ -988,7 +1037,8 @@ class Worker:
                     for claim, delay in batch.snoozes:
                         ok = claim.id in snoozed
                         if ok:
-                            self._counts["snoozed" if delay > 0 or not self._stopping.is_set() else "released"] += 1
+                            self._count("snoozed" if delay > 0 or not self._stopping.is_set() else "released",
+                                        claim.job)
                             self._wake_at(delay)
                         self._settled(claim, ok, "snooze")
         except Exception:
@@ -1022,7 +1072,7 @@ class Worker:
             logger.info("job %d %s: %s not applied: acknowledged before a connection error, or lease lost",
                         job.id, job.kind, operation, extra=_job_extra(job, "lease_lost"))
             return
-        self._counts["lost"] += 1
+        self._count("lost", job)
         logger.warning("job %d %s: %s refused: lease lost (rescued after lease expiry, cancelled, or "
                        "finished elsewhere)", job.id, job.kind, operation, extra=_job_extra(job, "lease_lost"))
 

@@ -22,11 +22,11 @@ rescued AS (
         finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END
     FROM expired e
     WHERE j.id = e.id
-    RETURNING j.id, j.status, j.queue
+    RETURNING j.id, j.status, j.queue, j.kind
 ),
 wake AS (
     SELECT count(pg_notify('pgq', CASE WHEN octet_length(q.queue) <= 1000 THEN q.queue ELSE '*' END)) AS n
     FROM (SELECT DISTINCT r.queue FROM rescued r WHERE r.status = 'queued') q
 )
-SELECT r.id, r.status::text AS status, (SELECT w.n FROM wake w) AS woke
+SELECT r.id, r.status::text AS status, r.queue, r.kind, (SELECT w.n FROM wake w) AS woke
 FROM rescued r

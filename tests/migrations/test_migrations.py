@@ -382,3 +382,25 @@ def test_checking_the_schema_does_not_import_alembic(pgq_dsn: str) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_0003_sets_churn_storage_parameters_and_its_downgrade_removes_everything_it_added(pgq_dsn: str) -> None:
+    reloptions = "SELECT reloptions FROM pg_class WHERE oid = 'pgq.jobs'::regclass"
+    added = """
+        SELECT c.relname FROM pg_class c
+        WHERE c.relnamespace = 'pgq'::regnamespace
+          AND c.relname IN ('queue_backlog', 'stuck_jobs', 'failing_jobs', 'workers',
+                            'jobs_failed_idx', 'jobs_retrying_idx')
+        ORDER BY 1
+    """
+    [(options,)] = query(pgq_dsn, reloptions)
+    assert {"fillfactor=90", "autovacuum_vacuum_scale_factor=0", "autovacuum_vacuum_threshold=10000",
+            "autovacuum_analyze_threshold=5000", "autovacuum_vacuum_cost_delay=1"} <= set(options)
+    assert len(query(pgq_dsn, added)) == 6
+
+    migrate.downgrade(pgq_dsn, "0002")
+
+    assert query(pgq_dsn, reloptions) == [(None,)]
+    assert query(pgq_dsn, added) == []
+    migrate.upgrade(pgq_dsn)
+    assert query(pgq_dsn, reloptions) == [(options,)]

@@ -22,6 +22,7 @@ from pgq.maintenance import (
     Rescuer,
     Retention,
 )
+from pgq.metrics import Metrics
 
 from .conftest import DB, async_wait_for
 
@@ -48,11 +49,13 @@ def test_rescuer_requeues_expired_leases_and_fails_exhausted_ones(pgq_dsn: str, 
             await queue.claim(worker="dead", limit=2, lease=0.05)  # a and b, then the worker "dies"
             await queue.claim(worker="alive", limit=1, lease=60)
             db.rows("UPDATE pgq.jobs SET lease_expires_at = now() - interval '1 s' WHERE claimed_by = 'dead'")
-            rescuer = Rescuer(queue)
+            metrics = Metrics("w", queues=None, concurrency=1)
+            rescuer = Rescuer(queue, metrics=metrics)
             result = await rescuer.run_once()
             assert result.leader and result.counts == {"requeued": 1, "failed": 1}
             again = await rescuer.run_once()
             assert again.leader and again.counts == {"requeued": 0, "failed": 0}
+            assert [metrics.count("rescued", "default", k) for k in "abc"] == [1, 1, 0]
 
     asyncio.run(main())
     assert {r["kind"]: r["status"] for r in db.rows("SELECT kind, status::text FROM pgq.jobs")} == {

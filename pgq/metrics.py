@@ -1,0 +1,383 @@
+"""Prometheus metrics of a worker: a registry, the text exposition format (written by hand), and a
+small HTTP server for `/metrics`.
+
+`Metrics` is the registry. The worker calls `job_event` and `job_duration` on its event loop: each is
+a dict update, no lock. The only other reader is the HTTP server's thread, which copies the dicts
+(`dict.copy()` and `list()` of a list are atomic under the GIL) and renders the copy, so a scrape
+never waits for the worker and the worker never waits for a scrape.
+
+`MetricsServer` serves `GET /metrics` from its own daemon thread (`http.server`), never from the
+worker's event loop. Queue gauges (depth and oldest-ready age per queue) come from the database view
+`pgq.queue_backlog` (`sql/queue_backlog.sql`), which reads only queued and running jobs through
+partial indexes; the server runs it on a connection of its own at most once per `cache_seconds`,
+however often it is scraped, and serves the last values meanwhile.
+
+Exposed families (labels in braces):
+
+- counters `pgq_jobs_claimed_total`, `pgq_jobs_succeeded_total`, `pgq_jobs_retried_total`,
+  `pgq_jobs_failed_total`, `pgq_jobs_snoozed_total`, `pgq_jobs_released_total`,
+  `pgq_jobs_rescued_total`, `pgq_lease_lost_total` {queue, kind};
+- histogram `pgq_job_duration_seconds` {queue, kind}: handler run time of every attempt that finished
+  (succeeded, failed, retried, snoozed; not jobs released at shutdown);
+- `pgq_listen_reconnects_total`, `pgq_listen_connected`, `pgq_worker_jobs_running`,
+  `pgq_worker_jobs_prefetched`, `pgq_worker_concurrency`, `pgq_worker_info` {worker, queues, version};
+- gauges from the database: `pgq_queue_jobs` {queue, state = ready | scheduled | running},
+  `pgq_queue_expired_leases` {queue}, `pgq_queue_oldest_ready_age_seconds` {queue},
+  `pgq_queue_stats_up` (1 when the last database read worked).
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import importlib.metadata
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Final
+
+import psycopg
+
+from . import _ops
+from .errors import PgqError
+
+__all__ = ["CONTENT_TYPE", "DURATION_BUCKETS", "JOB_EVENTS", "BacklogReader", "Metrics", "MetricsServer"]
+
+logger = logging.getLogger("pgq.metrics")
+
+CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+"""Content type of the Prometheus text exposition format."""
+
+DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+                           900.0, 3600.0)
+"""Upper bounds (seconds) of the job duration histogram's buckets; +Inf is added."""
+
+# Event name (as in Worker.stats) -> metric family and its help text.
+JOB_EVENTS: Final[dict[str, tuple[str, str]]] = {
+    "claimed": ("pgq_jobs_claimed_total", "Jobs this worker claimed and started."),
+    "succeeded": ("pgq_jobs_succeeded_total", "Jobs this worker finished successfully."),
+    "retried": ("pgq_jobs_retried_total",
+                "Attempts that failed (or finished with newer input waiting) and were queued again."),
+    "failed": ("pgq_jobs_failed_total", "Jobs this worker failed for good (no attempts left, or final)."),
+    "snoozed": ("pgq_jobs_snoozed_total", "Jobs this worker snoozed (rescheduled without spending an attempt)."),
+    "released": ("pgq_jobs_released_total", "Jobs this worker handed back to the queue at shutdown."),
+    "rescued": ("pgq_jobs_rescued_total",
+                "Jobs whose lease expired, taken back by this worker's maintenance (it runs on one worker "
+                "at a time: sum over workers)."),
+    "lost": ("pgq_lease_lost_total",
+             "Acknowledgements refused because the attempt had lost its lease (rescued, cancelled, or "
+             "finished elsewhere)."),
+}
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("pgq-jobs")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "unknown"
+
+
+def escape_label(value: str) -> str:
+    """Escape a label value for the text format: backslash, double quote and newline."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def format_value(value: float) -> str:
+    """A sample value as the text format writes it (integers without a fraction, +Inf, NaN)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if float(value).is_integer() and abs(value) < 2**53:
+        return str(int(value))
+    return repr(float(value))
+
+
+def _labels(pairs: Sequence[tuple[str, str]]) -> str:
+    if not pairs:
+        return ""
+    return "{" + ",".join(f'{k}="{escape_label(v)}"' for k, v in pairs) + "}"
+
+
+class _Family:
+    """Lines of one metric family: HELP, TYPE, samples."""
+
+    def __init__(self, name: str, kind: str, help_text: str) -> None:
+        self.lines = [f"# HELP {name} {_escape_help(help_text)}", f"# TYPE {name} {kind}"]
+        self.name = name
+
+    def sample(self, value: float, labels: Sequence[tuple[str, str]] = (), suffix: str = "") -> None:
+        self.lines.append(f"{self.name}{suffix}{_labels(labels)} {format_value(value)}")
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """The database's view of the queues at one moment (`pgq.queue_backlog`), or `ok=False`."""
+
+    ok: bool
+    rows: tuple[dict[str, Any], ...] = ()
+
+
+class Metrics:
+    """The metrics of one worker. `job_event`, `job_duration` and `watch` are called from the
+    worker's event loop thread only; `render` may be called from any thread at any time."""
+
+    def __init__(self, worker: str, *, queues: Sequence[str] | None, concurrency: int,
+                 buckets: Sequence[float] = DURATION_BUCKETS) -> None:
+        if list(buckets) != sorted(set(buckets)) or not buckets:
+            raise ValueError("buckets must be increasing and not empty")
+        self.worker = worker
+        self.queues = tuple(queues) if queues is not None else None
+        self.concurrency = concurrency
+        self._buckets = tuple(float(b) for b in buckets)
+        self._counters: dict[tuple[str, str, str], int] = {}  # (event, queue, kind) -> count
+        # (queue, kind) -> [count of bucket 0, ..., count of +Inf bucket, sum of seconds]; not cumulative.
+        self._durations: dict[tuple[str, str], list[float]] = {}
+        self._running: Callable[[], int] = lambda: 0
+        self._prefetched: Callable[[], int] = lambda: 0
+        self._listen_connected: Callable[[], bool | None] = lambda: None
+        self._listen_reconnects: Callable[[], int] = lambda: 0
+
+    def job_event(self, event: str, queue: str, kind: str) -> None:
+        """Count one `event` (a key of JOB_EVENTS) of a job of `queue` and `kind`."""
+        key = (event, queue, kind)
+        counters = self._counters
+        counters[key] = counters.get(key, 0) + 1
+
+    def job_duration(self, queue: str, kind: str, seconds: float) -> None:
+        """Observe one attempt's run time in the duration histogram."""
+        histogram = self._durations.get((queue, kind))
+        if histogram is None:
+            histogram = self._durations[(queue, kind)] = [0.0] * (len(self._buckets) + 2)
+        histogram[bisect.bisect_left(self._buckets, seconds)] += 1
+        histogram[-1] += seconds
+
+    def watch(self, *, running: Callable[[], int], prefetched: Callable[[], int],
+              listen_connected: Callable[[], bool | None], listen_reconnects: Callable[[], int]) -> None:
+        """Where the gauges read the worker's state from (called once the worker runs). The
+        callables run on the scraping thread: they must only read (e.g. `len()` of a dict)."""
+        self._running = running
+        self._prefetched = prefetched
+        self._listen_connected = listen_connected
+        self._listen_reconnects = listen_reconnects
+
+    def count(self, event: str, queue: str, kind: str) -> int:
+        """The current value of one counter (for tests and embedding)."""
+        return self._counters.get((event, queue, kind), 0)
+
+    def render(self, backlog: Backlog | None = None) -> str:
+        """The whole exposition in the text format, ending with a newline. `backlog`: database gauges
+        to include (None: leave them out)."""
+        counters = self._counters.copy()
+        durations = {key: list(values) for key, values in self._durations.copy().items()}
+        families: list[_Family] = []
+
+        by_event: dict[str, list[tuple[str, str, int]]] = {event: [] for event in JOB_EVENTS}
+        for (event, queue, kind), value in sorted(counters.items()):
+            by_event.setdefault(event, []).append((queue, kind, value))
+        for event, (name, help_text) in JOB_EVENTS.items():
+            family = _Family(name, "counter", help_text + " By queue and kind.")
+            for queue, kind, value in by_event[event]:
+                family.sample(value, (("queue", queue), ("kind", kind)))
+            families.append(family)
+
+        family = _Family("pgq_job_duration_seconds", "histogram",
+                         "Run time of the handler of each finished attempt, by queue and kind.")
+        bounds = [format_value(b) for b in self._buckets] + ["+Inf"]
+        for (queue, kind), values in sorted(durations.items()):
+            labels = (("queue", queue), ("kind", kind))
+            cumulative = 0.0
+            for bound, bucket in zip(bounds, values[:-1], strict=True):
+                cumulative += bucket
+                family.sample(cumulative, (*labels, ("le", bound)), "_bucket")
+            family.sample(values[-1], labels, "_sum")
+            family.sample(cumulative, labels, "_count")
+        families.append(family)
+
+        family = _Family("pgq_listen_reconnects_total", "counter",
+                         "Times the LISTEN connection was re-established after it failed.")
+        family.sample(self._listen_reconnects())
+        families.append(family)
+        connected = self._listen_connected()
+        if connected is not None:
+            family = _Family("pgq_listen_connected", "gauge", "1 while the LISTEN connection is up.")
+            family.sample(1 if connected else 0)
+            families.append(family)
+        family = _Family("pgq_worker_jobs_running", "gauge", "Jobs whose handlers run now.")
+        family.sample(self._running())
+        families.append(family)
+        family = _Family("pgq_worker_jobs_prefetched", "gauge", "Jobs claimed ahead and held until a slot frees.")
+        family.sample(self._prefetched())
+        families.append(family)
+        family = _Family("pgq_worker_concurrency", "gauge", "Jobs the worker runs at once at most.")
+        family.sample(self.concurrency)
+        families.append(family)
+        family = _Family("pgq_worker_info", "gauge", "The worker's name, queues and pgq version; always 1.")
+        family.sample(1, (("worker", self.worker), ("queues", ",".join(self.queues or ("*",))),
+                          ("version", _version())))
+        families.append(family)
+
+        if backlog is not None:
+            families.extend(self._backlog_families(backlog))
+        return "".join(line + "\n" for family in families for line in family.lines)
+
+    def _backlog_families(self, backlog: Backlog) -> list[_Family]:
+        rows = {row["queue"]: row for row in backlog.rows}
+        if backlog.ok and self.queues is not None:  # queues without jobs still have values: zero
+            for queue in self.queues:
+                rows.setdefault(queue, {"queue": queue, "ready": 0, "scheduled": 0, "running": 0,
+                                        "expired_leases": 0, "oldest_ready_age_s": None})
+        jobs = _Family("pgq_queue_jobs", "gauge",
+                       "Jobs per queue and state, from the database (ready: due now; scheduled: run_at in the "
+                       "future; running: claimed by some worker).")
+        expired = _Family("pgq_queue_expired_leases", "gauge",
+                          "Running jobs whose lease expired (worker dead or hung), from the database.")
+        age = _Family("pgq_queue_oldest_ready_age_seconds", "gauge",
+                      "How long the oldest ready job of the queue has been due (0: none), database clock.")
+        for queue in sorted(rows):
+            row = rows[queue]
+            for state in ("ready", "scheduled", "running"):
+                jobs.sample(row[state], (("queue", queue), ("state", state)))
+            expired.sample(row["expired_leases"], (("queue", queue),))
+            seconds = row["oldest_ready_age_s"]
+            age.sample(max(float(seconds), 0.0) if seconds is not None else 0.0, (("queue", queue),))
+        up = _Family("pgq_queue_stats_up", "gauge",
+                     "1 when the last read of the queue gauges from the database worked.")
+        up.sample(1 if backlog.ok else 0)
+        return [jobs, expired, age, up]
+
+
+class BacklogReader:
+    """Reads `pgq.queue_backlog` for `queues` (None: every queue) over one connection of its own,
+    at most once per `cache_seconds`; `read()` returns the cached values in between.
+
+    Thread-safe (a lock serializes reads). A failed read returns `Backlog(ok=False)`, drops the
+    connection, and is not retried before `cache_seconds` pass. `close()` closes the connection.
+    """
+
+    def __init__(self, dsn: str, *, queues: Sequence[str] | None, connect_kwargs: dict[str, Any] | None = None,
+                 cache_seconds: float = 5.0, connect_timeout: int = 3) -> None:
+        self._dsn = dsn
+        self._queues = list(queues) if queues is not None else None
+        self._kwargs = {k: v for k, v in (connect_kwargs or {}).items() if k != "autocommit"}
+        self._kwargs.setdefault("connect_timeout", connect_timeout)
+        self._cache_seconds = cache_seconds
+        self._lock = threading.Lock()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._cached = Backlog(False)
+        self._read_at = -math.inf
+        self.reads = 0
+        """Database reads done so far (cache misses)."""
+
+    def read(self) -> Backlog:
+        """The backlog per queue, from the cache when it is younger than `cache_seconds`."""
+        with self._lock:
+            if time.monotonic() - self._read_at < self._cache_seconds:
+                return self._cached
+            self._read_at = time.monotonic()
+            self.reads += 1
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = psycopg.connect(self._dsn, autocommit=True, **self._kwargs)
+                rows = _ops.run_sync(self._conn, _ops.queue_backlog(self._queues), own_transaction=True)
+                self._cached = Backlog(True, tuple(rows))
+            except (psycopg.Error, PgqError) as exc:
+                logger.warning("metrics: cannot read the queue backlog (%s)", " ".join(str(exc).split()),
+                               extra={"event": "metrics_error"})
+                self._close()
+                self._cached = Backlog(False)
+            return self._cached
+
+    def close(self) -> None:
+        """Close the connection (a later read opens a new one)."""
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._conn = None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    timeout = 10  # seconds a client may take to send its request
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            srv = self.server
+            body = srv.metrics.render(srv.reader.read() if srv.reader is not None else None).encode()
+            self._reply(200, CONTENT_TYPE, body)
+        elif path == "/":
+            self._reply(200, "text/plain; charset=utf-8", b"pgq worker: metrics at /metrics\n")
+        else:
+            self._reply(404, "text/plain; charset=utf-8", b"not found: try /metrics\n")
+
+    def _reply(self, status: int, content_type: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("metrics: %s " + format, self.address_string(), *args)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], metrics: Metrics, reader: BacklogReader | None) -> None:
+        self.metrics = metrics
+        self.reader = reader
+        super().__init__(address, _Handler)
+
+
+class MetricsServer:
+    """Serves `metrics` (and the database gauges of `reader`, if given) at http://host:port/metrics
+    from a daemon thread. `start()` binds (port 0: a free port, see `address`) and raises PgqError
+    when it cannot; `stop()` stops serving and closes the reader's connection. Not restartable."""
+
+    def __init__(self, metrics: Metrics, host: str, port: int, reader: BacklogReader | None = None) -> None:
+        self._metrics = metrics
+        self._host = host
+        self._port = port
+        self._reader = reader
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """(host, port) actually bound; only after `start()`."""
+        if self._server is None:
+            raise RuntimeError("the metrics server is not started")
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    def start(self) -> None:
+        """Bind and start serving in a daemon thread. Raises PgqError when the address cannot be bound."""
+        try:
+            self._server = _Server((self._host, self._port), self._metrics, self._reader)
+        except OSError as exc:
+            raise PgqError(f"cannot serve metrics on {self._host}:{self._port}: {exc.strerror or exc}") from None
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
+                                        name="pgq-metrics", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop serving (blocks up to about 0.2 s) and release the port and the database connection."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._reader is not None:
+            self._reader.close()
