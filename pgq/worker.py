@@ -531,6 +531,7 @@ class Worker:
         self._claims = 0  # claims in flight (counted by the claims themselves, not by task callbacks)
         self._claim_failures = 0
         self._claim_pause_until = 0.0  # backoff after a failed claim
+        self._unclaimable = 0  # claims in a row that found due jobs but could take none of them
         self._max_backlog = max(2 * cfg.concurrency, cfg.ack_batch)  # finished, unacknowledged jobs
         self._running: dict[int, _Running] = {}
         self._inflight: dict[int, Claim] = {}  # claimed and not yet acknowledged (heartbeat these)
@@ -650,6 +651,8 @@ class Worker:
                 if now >= self._poll_at:
                     self._ready = True
                     self._ready_gen += 1
+                    # Fire once: the claim this starts sets an earlier time if it has reason to.
+                    self._poll_at = now + cfg.poll_interval * random.uniform(0.8, 1.2)
                 free = self._free_slots() - self._claiming
                 backlog = len(self._inflight) - len(self._running) - len(self._held)  # finished, not acked
                 # Claim at once when a slot would otherwise sit idle; else only once the prefetch buffer
@@ -713,6 +716,8 @@ class Worker:
         if self._claim_failures:
             logger.info("database reachable again: claiming", extra={"event": "db_reconnected"})
             self._claim_failures = 0
+        if claims:
+            self._unclaimable = 0
         if self._stopping.is_set():  # claimed while shutting down: hand them straight back
             for claim in claims:
                 self._inflight[claim.id] = claim
@@ -725,15 +730,21 @@ class Worker:
         self._start_held()
         self._adapt_prefetch(now)
         if len(claims) < limit and generation == self._ready_gen:
-            await asyncio.sleep(0)  # let the handlers just started begin before the next round trip
             # Nothing more is ready (unless a NOTIFY or a timer came meanwhile: the generation says).
             # Sleep until the next poll, or until the earliest scheduled job when that is sooner.
             self._ready = False
+            await asyncio.sleep(0)  # let the handlers just started begin before the next round trip
             try:
                 delay = await self._queue._run(_ops.next_run_at(self._queues))
             except (psycopg.OperationalError, psycopg.errors.QueryCanceled):
                 delay = None
             poll = cfg.poll_interval * random.uniform(0.8, 1.2)
+            if delay is not None and delay <= 0 and not claims:
+                # Jobs are due, yet this claim got none: they are locked by other claims in flight, or
+                # of kinds at their concurrency limit. Back off (50 ms, doubling up to the poll
+                # interval) instead of asking again every few milliseconds until that changes.
+                delay = 0.05 * 2.0 ** min(self._unclaimable, 10)
+                self._unclaimable += 1
             at = time.monotonic() + (poll if delay is None else min(poll, max(delay, 0.0) + 0.005))
             if at < self._poll_at or self._poll_at <= now:
                 self._poll_at = at

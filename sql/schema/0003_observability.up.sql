@@ -64,15 +64,18 @@ ALTER TABLE pgq.jobs SET (
 -- ---------------------------------------------------------------------------------------------
 -- Indexes for the views
 
--- Terminally failed jobs by queue, kind and age: pgq.failing_jobs counts the last hour's failures
+-- Terminally failed jobs by queue and age: pgq.failing_jobs counts the last hour's failures
 -- without reading succeeded jobs. Entries are only made when a job fails for good, which is rare, so
 -- it costs nothing on the claim / complete path. (Building it reads the table once and blocks
--- writes meanwhile: on a very large table run the upgrade in a quiet moment.)
-CREATE INDEX jobs_failed_idx ON pgq.jobs (queue, kind, finished_at) WHERE status = 'failed';
+-- writes meanwhile: on a very large table run the upgrade in a quiet moment.) Not keyed by kind: a
+-- kind is any text, and one longer than a btree entry (about 2.7 KB) would make its failures
+-- impossible to record; the few failed rows are read for their kind instead.
+CREATE INDEX jobs_failed_idx ON pgq.jobs (queue, finished_at) WHERE status = 'failed';
 
 -- Jobs waiting for a retry (queued again after a failed attempt). Entries are made by failed
 -- attempts, rescues, and snoozes of jobs that failed before; never by a first run.
-CREATE INDEX jobs_retrying_idx ON pgq.jobs (queue, kind) WHERE status = 'queued' AND last_error IS NOT NULL;
+-- Queue only, not kind, for the reason given above.
+CREATE INDEX jobs_retrying_idx ON pgq.jobs (queue) WHERE status = 'queued' AND last_error IS NOT NULL;
 
 
 -- ---------------------------------------------------------------------------------------------

@@ -77,6 +77,8 @@ def test_ten_kilobytes_of_random_text_round_trip_where_nothing_indexes_them(pgq_
     job = pgq_queue.get(job_id)
     assert job is not None
     assert (job.kind, job.payload, job.claimed_by, job.last_error) == (text, {text: text}, text, text)
+    [claim] = pgq_queue.claim(worker=text, queues=["q"])  # and a terminal failure, which is indexed too
+    assert pgq_queue.fail(claim, text, final=True).status is JobStatus.FAILED
 
 
 @TEXTS

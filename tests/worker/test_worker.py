@@ -571,6 +571,49 @@ def test_adaptive_prefetch_stays_small_for_slow_jobs(pgq_dsn: str, db: DB) -> No
     assert max(leased) <= 4, leased  # 2 running + 2 held, never the whole queue
 
 
+def test_due_jobs_it_cannot_take_make_a_worker_back_off_not_spin(
+    pgq_dsn: str, db: DB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A due job of a kind at its concurrency limit cannot be claimed until a running one ends: the
+    worker must ask again less and less often (from 50 ms up to its poll interval), not every few
+    milliseconds; and it still takes the job once the limit allows."""
+    from pgq import _ops
+
+    app = pgq.App(pgq_dsn)
+
+    @app.task(concurrency_limit=1)
+    async def limited(i: int) -> None:
+        pass
+
+    claims = 0
+    real_claim = _ops.claim
+
+    def counting_claim(**kwargs: Any) -> Any:
+        nonlocal claims
+        claims += 1
+        return real_claim(**kwargs)
+
+    monkeypatch.setattr(_ops, "claim", counting_claim)
+
+    async def main() -> None:
+        async with pgq.AsyncQueue(pgq_dsn) as queue:
+            await queue.set_concurrency_limit("limited", 1)
+            await queue.enqueue_many([pgq.JobSpec("limited", {"i": 1}), pgq.JobSpec("limited", {"i": 2})])
+            [held] = await queue.claim(worker="elsewhere", limit=1, lease=60)  # the limit is reached
+            worker = app.worker(concurrency=4, poll_interval=1.0, lease=5)
+            runner = asyncio.create_task(worker.run_async())
+            await asyncio.sleep(1.5)
+            spent = claims
+            await queue.complete(held)  # frees the limit: the worker takes the other job
+            await async_wait_for(lambda: all_finished(queue), 10, "the worker to run the second job")
+            worker.stop()
+            await asyncio.wait_for(runner, 10)
+        assert spent <= 12, spent  # 50, 100, 200, 400 ms ... apart, rather than one claim every 5 ms
+
+    asyncio.run(main())
+    assert db.status_counts() == {"succeeded": 2}
+
+
 def test_prefetched_jobs_wait_for_a_slot_and_go_back_at_shutdown(pgq_dsn: str, db: DB) -> None:
     """With prefetch, a worker holds more jobs than it runs: running never exceeds the concurrency,
     and at shutdown the held jobs are back in `queued` at once, their claim's attempt given back."""
