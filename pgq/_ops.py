@@ -81,13 +81,13 @@ def enqueue(specs: Sequence[JobSpec]) -> Operation[list[int]]:
                 "kind": s.kind, "payload": s.payload_json, "queue": s.queue, "priority": s.priority,
                 "run_at": s.run_at, "delay": s.delay_s, "dedupe_key": s.dedupe_key, "watermark": s.watermark,
                 "max_attempts": s.max_attempts,
-            })
+            }, fetch="tuples")
         elif all(s.dedupe_key is None for s in specs):
             rows = yield Stmt("job_insert", _insert_params(specs), fetch="tuples")
             return sorted(row[0] for row in rows)  # ids follow input order (sql/job_insert.sql)
         else:
-            rows = yield Stmt("job_enqueue", _enqueue_params(specs))
-        return [row["id"] for row in rows]
+            rows = yield Stmt("job_enqueue", _enqueue_params(specs), fetch="tuples")
+        return [row[0] for row in rows]  # the id comes first in each row
 
     return Operation("job_enqueue", steps, retry_safe=all(s.dedupe_key is not None for s in specs))
 

