@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,3 +27,18 @@ def db(pgq_dsn: str) -> Iterator[SQL]:
         yield run
     finally:
         conn.close()
+
+
+def stop_with_sigterm(proc: subprocess.Popen[str], timeout: float) -> str:
+    """SIGTERM a worker subprocess started with text pipes, wait up to `timeout` s for it to exit
+    (TimeoutExpired otherwise) and return what it wrote on stderr."""
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=timeout)
+    return str(err)
+
+
+def reap(proc: subprocess.Popen[str]) -> None:
+    """Kill and reap `proc` if it still runs (a test's `finally`: a failure leaves no process behind)."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()

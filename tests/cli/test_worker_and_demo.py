@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,7 @@ import pytest
 
 from pgq import JobStatus, Queue
 
+from ..conftest import reap, stop_with_sigterm
 from .conftest import CLI, run_subprocess
 
 pytest.importorskip("pgq.app", reason="the worker runtime (pgq.app) is not there yet")
@@ -71,12 +71,9 @@ def test_worker_runs_jobs_logs_json_and_drains_on_sigterm(app_dir: Path, pgq_dsn
 
         _wait_for(lambda: all_done() or proc.poll() is not None, 30, "the worker to finish the jobs")
         assert proc.poll() is None, proc.communicate()[1]
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=20)
+        err = stop_with_sigterm(proc, 20)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        reap(proc)
     assert proc.returncode == 0, err
     assert [pgq_queue.get(i).result for i in ids] == [n * n for n in range(5)]  # type: ignore[union-attr]
     job = pgq_queue.get(ids[0])

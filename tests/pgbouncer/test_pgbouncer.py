@@ -13,7 +13,6 @@ import asyncio
 import collections
 import logging
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -30,6 +29,7 @@ import pgq
 from pgq import JobStatus, LeaseLost, PgqError, Queue
 from pgq.maintenance import RESCUE_LOCK_KEY, Rescuer
 
+from ..conftest import reap, stop_with_sigterm
 from ..worker.conftest import wait_for
 from .conftest import Bouncer, running_bouncer
 
@@ -361,12 +361,9 @@ def test_pgq_worker_command_with_pgbouncer_and_listen_dsn(bouncer: Bouncer, tmp_
             ids = queue.enqueue_many([pgq.JobSpec("pb.square", {"n": n}, queue="cli") for n in range(30)])
             wait_for(lambda: done(ids), 30, "NOTIFY to wake the worker (its poll interval is 120 s)")
             assert [queue.get(i).result for i in [first, *ids]] == [49] + [n * n for n in range(30)]  # type: ignore[union-attr]
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
+        err = stop_with_sigterm(proc, 30)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        reap(proc)
     assert proc.returncode == 0, err
     assert "no listen_dsn" not in err
 

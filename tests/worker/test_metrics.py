@@ -5,7 +5,6 @@ connection, and checks the scraped values and the text format."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +21,8 @@ import pytest
 
 from pgq import JobStatus, Queue
 from tests.prometheus import Family, parse
+
+from ..conftest import reap, stop_with_sigterm
 
 APP = textwrap.dedent(
     """
@@ -191,12 +192,9 @@ def test_worker_serves_prometheus_metrics_of_real_jobs(tmp_path: Path, pgq_dsn: 
         with pytest.raises(Exception, match="lease"):
             pgq_queue.complete(ghost)
 
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=20)
+        err = stop_with_sigterm(proc, 20)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        reap(proc)
     assert proc.returncode == 0, err
     assert f"serving metrics at http://127.0.0.1:{port}/metrics" in err
     with pytest.raises(urllib.error.URLError):  # the port is closed with the worker
