@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .app import (
     App,
     Backoff,
@@ -17,7 +19,20 @@ from .app import (
 from .client import AsyncQueue, Queue
 from .errors import InvalidJob, InvalidState, LeaseLost, NotFound, NotMigrated, PgqError
 from .models import Claim, Job, JobSpec, JobStatus
-from .worker import Worker, WorkerConfig
+
+if TYPE_CHECKING:
+    from .worker import Worker, WorkerConfig
+
+
+def __getattr__(name: str) -> Any:
+    # The worker (and the metrics server, maintenance and LISTEN code it brings) loads on first use:
+    # a process that only enqueues never needs it, and `import pgq` stays about 50 ms shorter.
+    if name in ("Worker", "WorkerConfig"):
+        from . import worker
+
+        return getattr(worker, name)
+    raise AttributeError(f"module 'pgq' has no attribute {name!r}")
+
 
 __all__ = [
     "App",

@@ -320,7 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--log-level", metavar="LEVEL", default="INFO", type=str.upper,
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="DEBUG, INFO, WARNING or ERROR (default: INFO)",
+        help="DEBUG, INFO, WARNING or ERROR; INFO logs the worker's start, stop and recoveries, retries "
+        "at WARNING and failures at ERROR; DEBUG adds one line per job start and success (default: INFO)",
     )
     p.add_argument(
         "--log-format", default="text", choices=["text", "json"],

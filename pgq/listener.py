@@ -98,6 +98,9 @@ class Listener:
             while True:
                 async for notify in conn.notifies(timeout=self._idle_check):
                     self._on_notify(notify.payload)
+                    # Let what the notification started (a claim) take its first step before this
+                    # generator goes back to waiting: that is on the wake-up's critical path.
+                    await asyncio.sleep(0)
                 await conn.execute(_sql.query("ping"))  # quiet for idle_check: is anyone there?
         except psycopg.OperationalError as exc:
             self.reconnects += 1

@@ -77,6 +77,9 @@ PREFETCH_HORIZON: Final = 0.1
 """Adaptive prefetch holds about this many seconds of work (at the rate jobs start)."""
 PREFETCH_MAX: Final = 512
 """Adaptive prefetch never holds more jobs than this (or than `concurrency`, when larger)."""
+HANDLER_HEAD_START: Final = 0.001
+"""After a claim that emptied the queue, the jobs it started run this long (seconds) before the
+worker asks when the next scheduled job is due."""
 
 
 def default_worker_name() -> str:
@@ -238,34 +241,37 @@ class _Threads:
 
     Daemon threads, unlike concurrent.futures', never hold up interpreter exit: a handler abandoned
     after its timeout, or still running when the worker aborts, cannot keep the process alive.
-    Results go back to the event loop with call_soon_threadsafe; once the loop is closed they are
+    Outcomes go back to `loop` in batches: a thread appends to a deque and wakes the loop only when
+    no wake-up is already on its way, so a burst of short handlers costs one call_soon_threadsafe
+    (one write to the loop's self-pipe) rather than one each. Once the loop is closed they are
     dropped (nobody waits for them any more).
     """
 
-    def __init__(self, size: int, name: str) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, size: int, name: str) -> None:
+        self._loop = loop
         self._size = size
         self._name = name
-        self._work: queue_module.SimpleQueue[tuple[asyncio.AbstractEventLoop, asyncio.Future[Any],
-                                                   Callable[[], Any]] | None] = queue_module.SimpleQueue()
+        self._work: queue_module.SimpleQueue[tuple[asyncio.Future[Any], Callable[[], Any]] | None] = (
+            queue_module.SimpleQueue())
         self._lock = threading.Lock()
         self._threads = 0
         self._idle = 0  # threads waiting for work
         self._queued = 0  # items submitted that no thread has taken yet
+        self._done: collections.deque[tuple[asyncio.Future[Any], Any, BaseException | None]] = (
+            collections.deque())
+        self._wake_sent = False  # a _deliver is scheduled on the loop and has not started yet
 
-    def submit(self, loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> asyncio.Future[Any]:
-        """Run `fn()` in a thread; return a future of `loop` that gets its result or exception.
+    def submit(self, fn: Callable[[], Any]) -> asyncio.Future[Any]:
+        """Run `fn()` in a thread; return a future of the loop that gets its result or exception.
         Call from the loop's thread."""
-        future: asyncio.Future[Any] = loop.create_future()
-        # The awaiting code reads the outcome; this only spares "exception never retrieved" noise for
-        # futures nobody awaits any more (abandoned or released jobs).
-        future.add_done_callback(_retrieve)
+        future: asyncio.Future[Any] = self._loop.create_future()
         with self._lock:
             self._queued += 1
             if self._queued > self._idle and self._threads < self._size:  # a burst: one thread per item
                 self._threads += 1
                 self._idle += 1
                 threading.Thread(target=self._serve, name=f"{self._name}-{self._threads}", daemon=True).start()
-        self._work.put((loop, future, fn))
+        self._work.put((future, fn))
         return future
 
     def shutdown(self) -> None:
@@ -275,6 +281,20 @@ class _Threads:
         for _ in range(count):
             self._work.put(None)
 
+    def _deliver(self) -> None:
+        # Clear the flag before draining: an outcome appended after this line schedules another
+        # _deliver, and one appended before it is drained below, so none is left behind.
+        self._wake_sent = False
+        done = self._done
+        while done:
+            future, result, error = done.popleft()
+            if future.cancelled():
+                continue
+            if error is None:
+                future.set_result(result)
+            else:
+                future.set_exception(error)
+
     def _serve(self) -> None:
         while True:
             item = self._work.get()
@@ -283,25 +303,19 @@ class _Threads:
             with self._lock:
                 self._idle -= 1
                 self._queued -= 1
-            loop, future, fn = item
+            future, fn = item
             try:
                 result, error = fn(), None
             except BaseException as exc:
                 result, error = None, exc
             with self._lock:
                 self._idle += 1
-            with contextlib.suppress(RuntimeError):  # the loop is closed: the worker is gone
-                loop.call_soon_threadsafe(_settle, future, result, error)
+            self._done.append((future, result, error))
+            if not self._wake_sent:
+                self._wake_sent = True
+                with contextlib.suppress(RuntimeError):  # the loop is closed: the worker is gone
+                    self._loop.call_soon_threadsafe(self._deliver)
             del item, future, fn, result, error
-
-
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if future.cancelled():
-        return
-    if error is None:
-        future.set_result(result)
-    else:
-        future.set_exception(error)
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
@@ -528,6 +542,8 @@ class Worker:
         self._ready_gen = 0  # bumped by every NOTIFY and timer: a claim that raced one keeps _ready
         self._poll_at = 0.0  # monotonic time of the next fallback poll
         self._claiming = 0  # slots reserved by claims in flight
+        self._claim_tasks: set[asyncio.Task[None]] = set()
+        self._producing = False  # set up and claiming (the producer runs)
         self._claims = 0  # claims in flight (counted by the claims themselves, not by task callbacks)
         self._claim_failures = 0
         self._claim_pause_until = 0.0  # backoff after a failed claim
@@ -549,7 +565,7 @@ class Worker:
         self._acks_idle = asyncio.Event()  # nothing pending, nothing being sent
         self._acks_idle.set()
         self._flush_now = False
-        self._threads = _Threads(cfg.concurrency, f"pgq-{cfg.claimed_by}")
+        self._threads = _Threads(loop, cfg.concurrency, f"pgq-{cfg.claimed_by}")
         self._queues = list(cfg.queues) if cfg.queues is not None else None
         self._queue_set = frozenset(cfg.queues) if cfg.queues is not None else None
 
@@ -606,6 +622,8 @@ class Worker:
         if self._queue_set is None or payload == "*" or payload in self._queue_set:
             self._ready = True
             self._ready_gen += 1
+            if self._producing and not self._claims:
+                self._claim_if_due(time.monotonic())
             self._wake.set()
 
     def _on_listen(self) -> None:
@@ -643,8 +661,7 @@ class Worker:
     async def _produce(self) -> None:
         cfg = self.config
         await self._setup()
-        claims: set[asyncio.Task[None]] = set()
-        loop = asyncio.get_running_loop()
+        self._producing = True
         try:
             while not self._stopping.is_set():
                 now = time.monotonic()
@@ -653,23 +670,7 @@ class Worker:
                     self._ready_gen += 1
                     # Fire once: the claim this starts sets an earlier time if it has reason to.
                     self._poll_at = now + cfg.poll_interval * random.uniform(0.8, 1.2)
-                free = self._free_slots() - self._claiming
-                backlog = len(self._inflight) - len(self._running) - len(self._held)  # finished, not acked
-                # Claim at once when a slot would otherwise sit idle; else only once the prefetch buffer
-                # has half emptied, so that claims stay big (one round trip for many jobs) instead of
-                # degenerating into one per finished job. A claim in flight already asks for every slot
-                # free when it started; another may overlap it (claims are bound by round trips, not by
-                # the database), but only for a worthwhile batch.
-                idle = cfg.concurrency - len(self._running) - self._abandoned - len(self._held) - self._claiming
-                batch = max(1, self._prefetch // 2)
-                wanted = (1 if idle > 0 else batch) if not self._claims else max(batch, cfg.concurrency // 4)
-                if (self._ready and free >= wanted and self._claims < cfg.claims_in_flight
-                        and now >= self._claim_pause_until and backlog < self._max_backlog):
-                    self._claiming += free
-                    self._claims += 1
-                    task = loop.create_task(self._claim(free))
-                    claims.add(task)
-                    task.add_done_callback(claims.discard)
+                if self._claim_if_due(now):
                     continue
                 # Nothing to do now. When jobs may be ready (so only slots, claims in flight or the
                 # ack backlog are in the way) a freed slot, a finished claim or a flushed backlog
@@ -682,8 +683,36 @@ class Worker:
                     async with asyncio.timeout(timeout):
                         await self._wake.wait()
         finally:
-            if claims:  # let them land: when stopping, their jobs are handed straight back
-                await asyncio.gather(*claims, return_exceptions=True)
+            self._producing = False
+            if self._claim_tasks:  # let them land: when stopping, their jobs are handed straight back
+                await asyncio.gather(*self._claim_tasks, return_exceptions=True)
+
+    def _claim_if_due(self, now: float) -> bool:
+        """Start a claim if one is due now; say whether it did. The producer's one decision, also
+        taken straight from a NOTIFY when the worker is idle (which spares the wake-up latency a
+        detour through the producer task)."""
+        cfg = self.config
+        if not self._ready or self._stopping.is_set():
+            return False
+        free = self._free_slots() - self._claiming
+        backlog = len(self._inflight) - len(self._running) - len(self._held)  # finished, not acked
+        # Claim at once when a slot would otherwise sit idle; else only once the prefetch buffer has
+        # half emptied, so that claims stay big (one round trip for many jobs) instead of
+        # degenerating into one per finished job. A claim in flight already asks for every slot
+        # free when it started; another may overlap it (claims are bound by round trips, not by the
+        # database), but only for a worthwhile batch.
+        idle = cfg.concurrency - len(self._running) - self._abandoned - len(self._held) - self._claiming
+        batch = max(1, self._prefetch // 2)
+        wanted = (1 if idle > 0 else batch) if not self._claims else max(batch, cfg.concurrency // 4)
+        if (free >= wanted and self._claims < cfg.claims_in_flight and now >= self._claim_pause_until
+                and backlog < self._max_backlog):
+            self._claiming += free
+            self._claims += 1
+            task = asyncio.get_running_loop().create_task(self._claim(free))
+            self._claim_tasks.add(task)
+            task.add_done_callback(self._claim_tasks.discard)
+            return True
+        return False
 
     async def _claim(self, limit: int) -> None:
         """One claim of up to `limit` jobs (the slots reserved for it); starts the jobs it gets."""
@@ -733,7 +762,10 @@ class Worker:
             # Nothing more is ready (unless a NOTIFY or a timer came meanwhile: the generation says).
             # Sleep until the next poll, or until the earliest scheduled job when that is sooner.
             self._ready = False
-            await asyncio.sleep(0)  # let the handlers just started begin before the next round trip
+            # Let the handlers just started begin before this lookup (it only sets the next poll time):
+            # a sync handler's thread needs the GIL, which this loop holds until it next waits, and
+            # the lookup would keep it busy for a quarter of a millisecond on the critical path.
+            await asyncio.sleep(HANDLER_HEAD_START)
             try:
                 delay = await self._queue._run(_ops.next_run_at(self._queues))
             except (psycopg.OperationalError, psycopg.errors.QueryCanceled):
@@ -818,8 +850,8 @@ class Worker:
         claim = run.claim
         job = claim.job
         task = self._tasks.get(job.kind)
-        if logger.isEnabledFor(logging.INFO):
-            logger.info("job %d %s attempt %d/%d: started", job.id, job.kind, job.attempts, job.max_attempts,
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("job %d %s attempt %d/%d: started", job.id, job.kind, job.attempts, job.max_attempts,
                         extra=_job_extra(job, "job_start"))
         started = time.monotonic()
         outcome, error = "succeeded", None
@@ -876,8 +908,7 @@ class Worker:
                         raise _HandlerTimeout(task.timeout) from None
                     raise
             context = contextvars.copy_context()
-            future = self._threads.submit(asyncio.get_running_loop(),
-                                          functools.partial(context.run, task.func, **kwargs))
+            future = self._threads.submit(functools.partial(context.run, task.func, **kwargs))
             if task.timeout is None:
                 return await future
             done, _ = await asyncio.wait({future}, timeout=task.timeout)
@@ -896,7 +927,8 @@ class Worker:
         logger.warning("job %d %s: sync handler abandoned after its timeout; its thread keeps a slot until "
                        "it returns", job.id, job.kind, extra=_job_extra(job, "job_abandon"))
 
-        def returned(_: asyncio.Future[Any]) -> None:
+        def returned(late: asyncio.Future[Any]) -> None:
+            _retrieve(late)  # nobody awaits it any more: no "exception was never retrieved" noise
             self._abandoned -= 1
             self._slot_freed()
 
@@ -932,7 +964,7 @@ class Worker:
     def _log_finish(self, job: Job, outcome: str, seconds: float, error: str | None) -> None:
         if outcome != "released":
             self.metrics.job_duration(job.queue, job.kind, seconds)
-        level = {"succeeded": logging.INFO, "snoozed": logging.INFO, "retry": logging.WARNING,
+        level = {"succeeded": logging.DEBUG, "snoozed": logging.DEBUG, "retry": logging.WARNING,
                  "released": logging.WARNING}.get(outcome, logging.ERROR)
         if not logger.isEnabledFor(level):
             return

@@ -62,7 +62,7 @@ def test_worker_runs_jobs_logs_json_and_drains_on_sigterm(app_dir: Path, pgq_dsn
     proc = subprocess.Popen(
         [sys.executable, "-m", "pgq", "worker", "cli_test_app:app", "--dsn", pgq_dsn, "--concurrency", "2",
          "--lease", "10", "--poll-interval", "0.2", "--drain-timeout", "2", "--claimed-by", "cli-test",
-         "--log-format", "json", "--log-level", "info"],
+         "--log-format", "json", "--log-level", "debug"],
         cwd=app_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:

@@ -15,8 +15,8 @@ def test_after_a_restart_safe_operations_retry_and_unsafe_ones_raise(
     with Queue(pgq_dsn, min_size=2, max_size=2) as queue:
         job_id = queue.enqueue("k")
         queue.enqueue("k")
-        with queue.pool.connection(), queue.pool.connection():
-            pass  # both pooled connections are open now, and will be broken by the restart
+        with queue.pool.connection():
+            pass  # both connections are open now (this one and the one the queue keeps for itself)
         pgq_embedded_server.stop()
         pgq_embedded_server.start()
         # A read is retry-safe: the broken connection is discarded and the read retried.
@@ -25,11 +25,12 @@ def test_after_a_restart_safe_operations_retry_and_unsafe_ones_raise(
         # A claim may have committed before the connection broke: it is never re-run blindly.
         pgq_embedded_server.stop()
         pgq_embedded_server.start()
-        with queue.pool.connection(), queue.pool.connection():
+        with queue.pool.connection():
             pass
         with pytest.raises(psycopg.OperationalError):
             queue.claim(worker="w", limit=1)
-        # Each broken pooled connection fails at most one such call and is replaced by the pool.
+        # Each broken connection fails at most one such call and is replaced by the pool (the one the
+        # queue kept for itself failed the call above).
         outcomes = []
         for _ in range(3):
             try:

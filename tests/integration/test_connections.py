@@ -1,0 +1,162 @@
+"""The connection a queue keeps out of its own pool for back-to-back calls (client.SPARE_MAX_AGE)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgq import AsyncQueue, JobStatus, Queue
+
+
+def _kill_other_backends(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        ).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def test_sequential_calls_share_one_connection_and_concurrent_ones_use_the_pool(pgq_dsn: str) -> None:
+    with Queue(pgq_dsn, min_size=1, max_size=4) as q:
+        ids = [q.enqueue("k", {"i": i}) for i in range(50)]
+        assert q.pool.get_stats().get("requests_num", 0) == 1  # one getconn: the kept connection
+        errors: list[BaseException] = []
+        got: list[int] = []
+
+        def enqueue_some() -> None:
+            try:
+                got.extend(q.enqueue("k", {"t": True}) for _ in range(25))
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=enqueue_some) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        assert len(set(got)) == 150 and not set(got) & set(ids)
+        assert q.pool.get_stats().get("requests_num", 0) > 1  # the busy kept connection sent others to the pool
+        assert len(q.list(status="queued", limit=1000)) == 200
+
+
+def test_async_sequential_calls_share_one_connection_and_concurrent_ones_use_the_pool(pgq_dsn: str) -> None:
+    async def main() -> None:
+        async with AsyncQueue(pgq_dsn, min_size=1, max_size=3) as q:
+            for i in range(50):
+                await q.enqueue("k", {"i": i})
+            assert q.pool.get_stats().get("requests_num", 0) == 1
+            ids = await asyncio.gather(*(q.enqueue("k", {"c": i}) for i in range(100)))
+            assert len(set(ids)) == 100
+            assert q.pool.get_stats().get("requests_num", 0) > 1
+            assert len(await q.list(status="queued", limit=1000)) == 150
+
+    asyncio.run(main())
+
+
+def test_a_pool_of_one_connection_is_never_kept_from_its_other_users(pgq_dsn: str) -> None:
+    with Queue(pgq_dsn, min_size=1, max_size=1, timeout=2) as q:
+        job_id = q.enqueue("k")
+        with q.pool.connection() as conn:  # would time out if the queue held the only connection
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        assert q.get(job_id) is not None
+
+
+def test_a_killed_kept_connection_is_replaced(pgq_dsn: str) -> None:
+    with Queue(pgq_dsn, min_size=1, max_size=3) as q:
+        job_id = q.enqueue("k")
+        assert _kill_other_backends(pgq_dsn) >= 1
+        job = q.get(job_id)  # retry-safe: the dead connection goes back to the pool, the read is retried
+        assert job is not None and job.id == job_id
+        killed = _kill_other_backends(pgq_dsn)
+        with pytest.raises(psycopg.OperationalError):
+            q.claim(worker="w", limit=1)  # not retry-safe: raised, never re-run blindly
+        # Each dead connection fails at most one call (as without a kept connection: the pool does
+        # not check connections before handing them out), then a new one serves.
+        failures = 1
+        while True:
+            try:
+                [claim] = q.claim(worker="w", limit=1)
+                break
+            except psycopg.OperationalError:
+                failures += 1
+                assert failures <= killed
+        assert q.complete(claim) is JobStatus.SUCCEEDED
+
+
+def test_async_a_killed_kept_connection_is_replaced(pgq_dsn: str) -> None:
+    async def main() -> None:
+        async with AsyncQueue(pgq_dsn, min_size=1, max_size=3) as q:
+            job_id = await q.enqueue("k")
+            assert _kill_other_backends(pgq_dsn) >= 1
+            job = await q.get(job_id)
+            assert job is not None and job.id == job_id
+            killed = _kill_other_backends(pgq_dsn)
+            with pytest.raises(psycopg.OperationalError):
+                await q.claim(worker="w", limit=1)
+            failures = 1
+            while True:
+                try:
+                    [claim] = await q.claim(worker="w", limit=1)
+                    break
+                except psycopg.OperationalError:
+                    failures += 1
+                    assert failures <= killed
+            assert await q.complete(claim) is JobStatus.SUCCEEDED
+
+    asyncio.run(main())
+
+
+def test_async_a_call_cancelled_mid_statement_leaves_the_queue_usable(pgq_dsn: str) -> None:
+    async def main() -> None:
+        async with AsyncQueue(pgq_dsn, min_size=1, max_size=3) as q:
+            job_id = await q.enqueue("k")
+            other_id = await q.enqueue("k")
+            locker: psycopg.AsyncConnection[Any] = await psycopg.AsyncConnection.connect(pgq_dsn)
+            try:
+                await locker.execute("SELECT 1 FROM pgq.jobs WHERE id = %s FOR UPDATE", (job_id,))
+                blocked = asyncio.ensure_future(q.cancel(job_id))  # waits for the row lock, on the kept connection
+                await asyncio.sleep(0.3)
+                assert not blocked.done()
+                blocked.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await blocked
+            finally:
+                await locker.rollback()
+                await locker.close()
+            # The next calls run on a clean connection and see the job untouched.
+            job = await q.get(job_id)
+            assert job is not None and job.status is JobStatus.QUEUED
+            assert (await q.cancel(other_id)).status is JobStatus.CANCELLED
+            for _ in range(5):
+                await q.enqueue("k")
+            assert len(await q.list(status="queued")) == 6
+
+    asyncio.run(main())
+
+
+def test_closing_returns_the_kept_connection(pgq_dsn: str) -> None:
+    async def main() -> None:
+        q = AsyncQueue(pgq_dsn, min_size=1, max_size=3)
+        await q.open()
+        await q.enqueue("k")
+        await q.close()
+        assert q.pool.closed
+        with pytest.raises(Exception, match="closed"):
+            await q.enqueue("k")
+
+    asyncio.run(main())
+    q = Queue(pgq_dsn, min_size=1, max_size=3)
+    q.enqueue("k")
+    q.close()
+    with pytest.raises(Exception, match="closed"):
+        q.enqueue("k")
+    with psycopg.connect(pgq_dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                           "AND pid <> pg_backend_pid() AND backend_type = 'client backend'").fetchone()
+    assert row == (0,)  # every connection of both queues is closed
