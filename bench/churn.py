@@ -34,12 +34,14 @@ churn, as an autovacuum worker would.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import secrets
 import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -308,26 +310,34 @@ def main(argv: list[str] | None = None) -> int:
     if not args.retention > 0:
         parser.error("--retention must be > 0")
 
-    # SIGTERM ends the run like Ctrl-C does: the scratch database is dropped on the way out.
+    with scratch_database(args.dsn, "pgq_churn", keep=args.keep) as scratch:
+        run(scratch, args)
+    return 0
+
+
+@contextlib.contextmanager
+def scratch_database(dsn: str, prefix: str, *, keep: bool = False) -> Iterator[str]:
+    """Create a database `<prefix>_<random>` on the server of `dsn`, migrate it, yield its DSN, and
+    drop it however the block ends (unless `keep`). SIGTERM ends the run as Ctrl-C does, so the
+    database is dropped on that way out too. Prints one line on creation and one at the end."""
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    name = f"pgq_churn_{secrets.token_hex(4)}"
-    scratch = make_conninfo(args.dsn, dbname=name)
-    with psycopg.connect(args.dsn, autocommit=True) as admin:
+    name = f"{prefix}_{secrets.token_hex(4)}"
+    scratch = make_conninfo(dsn, dbname=name)
+    with psycopg.connect(dsn, autocommit=True) as admin:
         version = admin.execute("SHOW server_version").fetchone()
         admin.execute(f'CREATE DATABASE "{name}"'.encode())
-    print(f"scratch database {name} on {conninfo_to_dict(args.dsn).get('host', 'localhost')} "
+    print(f"scratch database {name} on {conninfo_to_dict(dsn).get('host', 'localhost')} "
           f"(PostgreSQL {version[0] if version else '?'})", flush=True)
     try:
         migrate.upgrade(scratch)
-        run(scratch, args)
+        yield scratch
     finally:
-        if args.keep:
+        if keep:
             print(f"kept database {name}")
         else:
-            with psycopg.connect(args.dsn, autocommit=True) as admin:
+            with psycopg.connect(dsn, autocommit=True) as admin:
                 admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)'.encode())
             print(f"dropped database {name}")
-    return 0
 
 
 if __name__ == "__main__":

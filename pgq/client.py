@@ -108,7 +108,9 @@ class Queue:
     """Synchronous pgq client, usable as soon as it is constructed; thread-safe.
 
     `dsn_or_pool`: a libpq DSN (the queue opens a pool of `min_size`..`max_size` connections and
-    closes it in `close()`), or a `psycopg_pool.ConnectionPool` owned by the caller (left open).
+    closes it in `close()`; with two or more, it keeps one of them between calls for the next call,
+    see SPARE_MAX_AGE), or a `psycopg_pool.ConnectionPool` owned by the caller (left open, every
+    call takes a connection from it and gives it back).
     `pgbouncer`: the DSN is a PgBouncer in transaction pooling mode, so the pool's connections never
     prepare statements; with a pool of your own, PgqError unless it was created with
     `kwargs={"prepare_threshold": None}`. Use as a context manager or call `close()`.
