@@ -241,9 +241,14 @@ class _Threads:
 
     Daemon threads, unlike concurrent.futures', never hold up interpreter exit: a handler abandoned
     after its timeout, or still running when the worker aborts, cannot keep the process alive.
-    Outcomes go back to `loop` in batches: a thread appends to a deque and wakes the loop only when
-    no wake-up is already on its way, so a burst of short handlers costs one call_soon_threadsafe
-    (one write to the loop's self-pipe) rather than one each. Once the loop is closed they are
+
+    Few wake-ups for many short handlers. A thread is "looking" while it is awake and not running a
+    handler. `submit` wakes a sleeping thread (or starts one) only when no thread is looking, and a
+    thread that takes work while more waits and no other thread is looking wakes the next one. So a
+    burst of short handlers is run by one or two awake threads in turn, while blocking handlers still
+    each get a thread of their own within microseconds (a chain of wake-ups). Outcomes go back to
+    `loop` in batches: a thread appends to a deque and wakes the loop only when no wake-up is already
+    on its way (one write to the loop's self-pipe per burst). Once the loop is closed they are
     dropped (nobody waits for them any more).
     """
 
@@ -251,12 +256,13 @@ class _Threads:
         self._loop = loop
         self._size = size
         self._name = name
-        self._work: queue_module.SimpleQueue[tuple[asyncio.Future[Any], Callable[[], Any]] | None] = (
-            queue_module.SimpleQueue())
-        self._lock = threading.Lock()
+        self._items: collections.deque[tuple[asyncio.Future[Any], Callable[[], Any]]] = collections.deque()
+        self._tokens: queue_module.SimpleQueue[bool] = queue_module.SimpleQueue()  # a sleeper wakes per token
+        self._lock = threading.Lock()  # guards the counts below
         self._threads = 0
-        self._idle = 0  # threads waiting for work
-        self._queued = 0  # items submitted that no thread has taken yet
+        self._looking = 0  # awake, not running a handler: will take the next item
+        self._sleeping = 0  # waiting for a token
+        self._closing = False
         self._done: collections.deque[tuple[asyncio.Future[Any], Any, BaseException | None]] = (
             collections.deque())
         self._wake_sent = False  # a _deliver is scheduled on the loop and has not started yet
@@ -265,21 +271,32 @@ class _Threads:
         """Run `fn()` in a thread; return a future of the loop that gets its result or exception.
         Call from the loop's thread."""
         future: asyncio.Future[Any] = self._loop.create_future()
+        self._items.append((future, fn))
         with self._lock:
-            self._queued += 1
-            if self._queued > self._idle and self._threads < self._size:  # a burst: one thread per item
-                self._threads += 1
-                self._idle += 1
-                threading.Thread(target=self._serve, name=f"{self._name}-{self._threads}", daemon=True).start()
-        self._work.put((future, fn))
+            if self._looking == 0:
+                self._wake_one()
         return future
 
     def shutdown(self) -> None:
         """Let idle threads exit; busy ones exit when their handler returns."""
         with self._lock:
-            count = self._threads
-        for _ in range(count):
-            self._work.put(None)
+            self._closing = True
+            sleepers, self._sleeping = self._sleeping, 0
+            self._looking += sleepers
+        for _ in range(sleepers):
+            self._tokens.put(True)
+
+    def _wake_one(self) -> None:
+        # Under _lock: one more thread looking for work, a sleeper if there is one, else a new thread
+        # while below `size` (at most `size` items are ever waiting or running: the worker's slots).
+        if self._sleeping:
+            self._sleeping -= 1
+            self._looking += 1
+            self._tokens.put(True)
+        elif self._threads < self._size:
+            self._threads += 1
+            self._looking += 1
+            threading.Thread(target=self._serve, name=f"{self._name}-{self._threads}", daemon=True).start()
 
     def _deliver(self) -> None:
         # Clear the flag before draining: an outcome appended after this line schedules another
@@ -296,26 +313,37 @@ class _Threads:
                 future.set_exception(error)
 
     def _serve(self) -> None:
+        items, lock = self._items, self._lock
         while True:
-            item = self._work.get()
-            if item is None:
-                return
-            with self._lock:
-                self._idle -= 1
-                self._queued -= 1
-            future, fn = item
+            try:
+                future, fn = items.popleft()
+            except IndexError:
+                with lock:
+                    if items:  # appended meanwhile, by a submit that counted on this thread
+                        continue
+                    self._looking -= 1
+                    if self._closing:
+                        self._threads -= 1
+                        return
+                    self._sleeping += 1
+                self._tokens.get()  # whoever hands the token has counted this thread as looking
+                continue
+            with lock:
+                self._looking -= 1
+                if items and not self._looking:  # more work and nobody else awake for it
+                    self._wake_one()
             try:
                 result, error = fn(), None
             except BaseException as exc:
                 result, error = None, exc
-            with self._lock:
-                self._idle += 1
+            with lock:
+                self._looking += 1
             self._done.append((future, result, error))
             if not self._wake_sent:
                 self._wake_sent = True
                 with contextlib.suppress(RuntimeError):  # the loop is closed: the worker is gone
                     self._loop.call_soon_threadsafe(self._deliver)
-            del item, future, fn, result, error
+            del future, fn, result, error
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
