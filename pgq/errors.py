@@ -5,6 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 
+def one_line(exc: BaseException) -> str:
+    """An exception's message with its whitespace (newlines included) collapsed, for one log line;
+    the exception's type name when it has no message."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 class PgqError(Exception):
     """Base class of every error pgq raises on purpose."""
 

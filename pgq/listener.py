@@ -21,6 +21,7 @@ import psycopg
 import tenacity
 
 from . import _sql
+from .errors import one_line
 
 __all__ = ["Listener"]
 
@@ -104,7 +105,7 @@ class Listener:
                 await conn.execute(_sql.query("ping"))  # quiet for idle_check: is anyone there?
         except psycopg.OperationalError as exc:
             self.reconnects += 1
-            logger.warning("LISTEN connection lost (%s); reconnecting", _one_line(exc),
+            logger.warning("LISTEN connection lost (%s); reconnecting", one_line(exc),
                            extra={"event": "listener_lost"})
         finally:
             self._connected = False
@@ -134,9 +135,5 @@ def _log_retry(state: tenacity.RetryCallState) -> None:
     exc = state.outcome.exception() if state.outcome is not None else None
     wait = state.next_action.sleep if state.next_action is not None else 0.0
     logger.warning("cannot open the LISTEN connection (%s); retrying in %.2f s",
-                   _one_line(exc) if exc else "?", wait, extra={"event": "listener_retry"})
+                   one_line(exc) if exc else "?", wait, extra={"event": "listener_retry"})
 
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text or type(exc).__name__

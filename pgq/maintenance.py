@@ -26,7 +26,7 @@ import psycopg
 from . import _ops
 from .app import Periodic
 from .client import AsyncQueue
-from .errors import NotMigrated
+from .errors import NotMigrated, one_line
 from .metrics import Metrics
 from .models import JobSpec
 
@@ -263,14 +263,14 @@ class Maintenance:
                 # The worker's role may not do this step (pgq_worker may not purge): say so once and
                 # leave the step to whoever may; retrying could never succeed.
                 logger.warning("maintenance step %s disabled in this worker: %s; %s", step,
-                               " ".join(str(exc).split()), _REFUSED_HINTS[step],
+                               one_line(exc), _REFUSED_HINTS[step],
                                extra={"event": "maintenance_refused", "step": step})
                 due[step] = float("inf")
             except (psycopg.OperationalError, psycopg.errors.QueryCanceled) as exc:
                 failures += 1
                 backoff = min(0.2 * 2**failures, 10.0) * (0.5 + random.random())
                 logger.warning("maintenance step %s failed (%s); retrying in %.1f s", step,
-                               " ".join(str(exc).split()) or type(exc).__name__, backoff,
+                               one_line(exc), backoff,
                                extra={"event": "maintenance_error", "step": step})
                 due[step] = time.monotonic() + backoff
             except Exception:

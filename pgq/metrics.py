@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import importlib.metadata
 import logging
 import math
@@ -43,7 +44,7 @@ from typing import Any, Final
 import psycopg
 
 from . import _ops
-from .errors import PgqError
+from .errors import PgqError, one_line
 
 __all__ = ["CONTENT_TYPE", "DURATION_BUCKETS", "JOB_EVENTS", "BacklogReader", "Metrics", "MetricsServer"]
 
@@ -74,6 +75,7 @@ JOB_EVENTS: Final[dict[str, tuple[str, str]]] = {
 }
 
 
+@functools.cache
 def _version() -> str:
     try:
         return importlib.metadata.version("pgq-jobs")
@@ -202,28 +204,23 @@ class Metrics:
             family.sample(cumulative, labels, "_count")
         families.append(family)
 
-        family = _Family("pgq_listen_reconnects_total", "counter",
-                         "Times the LISTEN connection was re-established after it failed.")
-        family.sample(self._listen_reconnects())
-        families.append(family)
+        def single(name: str, kind: str, help_text: str, value: float,
+                   labels: Sequence[tuple[str, str]] = ()) -> None:
+            family = _Family(name, kind, help_text)
+            family.sample(value, labels)
+            families.append(family)
+
+        single("pgq_listen_reconnects_total", "counter",
+               "Times the LISTEN connection was re-established after it failed.", self._listen_reconnects())
         connected = self._listen_connected()
         if connected is not None:
-            family = _Family("pgq_listen_connected", "gauge", "1 while the LISTEN connection is up.")
-            family.sample(1 if connected else 0)
-            families.append(family)
-        family = _Family("pgq_worker_jobs_running", "gauge", "Jobs whose handlers run now.")
-        family.sample(self._running())
-        families.append(family)
-        family = _Family("pgq_worker_jobs_prefetched", "gauge", "Jobs claimed ahead and held until a slot frees.")
-        family.sample(self._prefetched())
-        families.append(family)
-        family = _Family("pgq_worker_concurrency", "gauge", "Jobs the worker runs at once at most.")
-        family.sample(self.concurrency)
-        families.append(family)
-        family = _Family("pgq_worker_info", "gauge", "The worker's name, queues and pgq version; always 1.")
-        family.sample(1, (("worker", self.worker), ("queues", ",".join(self.queues or ("*",))),
-                          ("version", _version())))
-        families.append(family)
+            single("pgq_listen_connected", "gauge", "1 while the LISTEN connection is up.", 1 if connected else 0)
+        single("pgq_worker_jobs_running", "gauge", "Jobs whose handlers run now.", self._running())
+        single("pgq_worker_jobs_prefetched", "gauge", "Jobs claimed ahead and held until a slot frees.",
+               self._prefetched())
+        single("pgq_worker_concurrency", "gauge", "Jobs the worker runs at once at most.", self.concurrency)
+        single("pgq_worker_info", "gauge", "The worker's name, queues and pgq version; always 1.", 1,
+               (("worker", self.worker), ("queues", ",".join(self.queues or ("*",))), ("version", _version())))
 
         if backlog is not None:
             families.extend(self._backlog_families(backlog))
@@ -290,7 +287,7 @@ class BacklogReader:
                 rows = _ops.run_sync(self._conn, _ops.queue_backlog(self._queues), own_transaction=True)
                 self._cached = Backlog(True, tuple(rows))
             except (psycopg.Error, PgqError) as exc:
-                logger.warning("metrics: cannot read the queue backlog (%s)", " ".join(str(exc).split()),
+                logger.warning("metrics: cannot read the queue backlog (%s)", one_line(exc),
                                extra={"event": "metrics_error"})
                 self._close()
                 self._cached = Backlog(False)

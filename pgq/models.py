@@ -92,15 +92,16 @@ class Job:
         if len(row) != _JOB_FIELD_COUNT:
             raise ValueError(f"a job row has {_JOB_FIELD_COUNT} columns, got {len(row)}")
         job = object.__new__(cls)
-        for set_field, value in zip(_JOB_SETTERS, row, strict=True):
+        for set_field, value in zip(_JOB_SETTERS, row):  # noqa: B905 - the length is checked above
             set_field(job, value)
         _SET_JOB_STATUS(job, STATUS_BY_VALUE[row[5]])
         return job
 
 
-_JOB_SETTERS: tuple[Callable[[Job, Any], None], ...] = tuple(getattr(Job, f.name).__set__ for f in fields(Job))
+_JOB_SETTER_BY_NAME: dict[str, Callable[[Job, Any], None]] = {f.name: getattr(Job, f.name).__set__ for f in fields(Job)}
+_JOB_SETTERS = tuple(_JOB_SETTER_BY_NAME.values())
 _JOB_FIELD_COUNT = len(_JOB_SETTERS)
-_SET_JOB_STATUS: Callable[[Job, Any], None] = _JOB_SETTERS[[f.name for f in fields(Job)].index("status")]
+_SET_JOB_STATUS = _JOB_SETTER_BY_NAME["status"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,7 +55,7 @@ from psycopg_pool import AsyncConnectionPool
 from . import _ops
 from .app import App, JobContext, PermanentFailure, Snooze, Task, _current
 from .client import AsyncQueue, pool_kwargs
-from .errors import InvalidJob, NotMigrated, PgqError
+from .errors import InvalidJob, NotMigrated, PgqError, one_line
 from .listener import Listener
 from .maintenance import Maintenance
 from .metrics import BacklogReader, Metrics, MetricsServer
@@ -754,7 +754,7 @@ class Worker:
             return
         except psycopg.errors.InsufficientPrivilege as exc:
             # Without the right to claim, a worker can do nothing at all: stop with the reason.
-            self._fail_fatally(PgqError(f"this worker's role may not claim jobs ({_one_line(exc)}); "
+            self._fail_fatally(PgqError(f"this worker's role may not claim jobs ({one_line(exc)}); "
                                         "grant it pgq_worker (see `pgq roles`)"))
             return
         except (psycopg.OperationalError, psycopg.errors.QueryCanceled) as exc:
@@ -815,13 +815,13 @@ class Worker:
         the rate jobs started at since the last look, never less than `concurrency` nor more than
         `max(concurrency, PREFETCH_MAX)`. Fast jobs get big claims (few round trips per job); slow
         jobs keep the buffer small, so that other workers are not starved of a shallow queue."""
+        cfg = self.config
         elapsed = now - self._rate_since
-        if self.config.prefetch is not None or elapsed < 0.05:
+        if cfg.prefetch is not None or elapsed < 0.05:
             return
         started = self._counts["claimed"]
         rate = (started - self._rate_started) / elapsed
         self._rate_since, self._rate_started = now, started
-        cfg = self.config
         self._prefetch = max(cfg.concurrency, min(int(rate * PREFETCH_HORIZON), max(cfg.concurrency, PREFETCH_MAX)))
 
     def _fail_fatally(self, exc: BaseException) -> None:
@@ -842,7 +842,7 @@ class Worker:
                         # A role without the right (granted to pgq_worker) still runs jobs: the limit
                         # the database holds, if any, is the one claims obey.
                         logger.warning("cannot set the concurrency limit of task %s to %d: %s; claims obey "
-                                       "the limit stored in the database, if any", kind, limit, _one_line(exc),
+                                       "the limit stored in the database, if any", kind, limit, one_line(exc),
                                        extra={"event": "concurrency_limit_refused", "kind": kind})
                 return
             except NotMigrated:
@@ -856,7 +856,7 @@ class Worker:
         delay: float = min(0.1 * 2.0 ** min(failures, 10), 5.0) * random.uniform(0.5, 1.0)
         if exc is not None:
             level = logging.WARNING if failures <= 3 or failures % 20 == 0 else logging.DEBUG
-            logger.log(level, "database unavailable during %s (%s); retrying in %.2f s", what, _one_line(exc), delay,
+            logger.log(level, "database unavailable during %s (%s); retrying in %.2f s", what, one_line(exc), delay,
                        extra={"event": "db_unavailable", "step": what, "failures": failures})
         return delay
 
@@ -1128,7 +1128,7 @@ class Worker:
     def _ack_error(self, exc: BaseException, items: Sequence[tuple[Any, ...]]) -> None:
         for item in items:
             self._uncertain.add(item[0].id)
-        logger.warning("could not acknowledge %d jobs (%s); retrying", len(items), _one_line(exc),
+        logger.warning("could not acknowledge %d jobs (%s); retrying", len(items), one_line(exc),
                        extra={"event": "ack_retry"})
 
     def _settled(self, claim: Claim, ok: bool, operation: str) -> None:
@@ -1160,7 +1160,7 @@ class Worker:
             try:
                 renewed = await self._queue._run(_ops.heartbeat([(c, cfg.lease) for c in claims], raise_lost=False))
             except (psycopg.OperationalError, psycopg.errors.QueryCanceled) as exc:
-                logger.warning("heartbeat of %d jobs failed (%s); retrying", len(claims), _one_line(exc),
+                logger.warning("heartbeat of %d jobs failed (%s); retrying", len(claims), one_line(exc),
                                extra={"event": "heartbeat_error"})
                 interval = min(cfg.lease / 3, 1.0)
                 continue
@@ -1245,7 +1245,4 @@ def _clip(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     half = limit // 2
     return f"{text[:half]}\n... ({len(text) - limit} characters cut) ...\n{text[-half:]}"
 
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
 
