@@ -144,6 +144,9 @@ def test_periodic_enqueues_each_tick_once_and_never_revives_a_finished_tick(pgq_
 
     async def main() -> None:
         async with AsyncQueue(pgq_dsn) as queue:
+            # Start just after a tick (1 s ticks; the server's clock is this machine's), so that the
+            # three runs below that must see the same tick cannot straddle the next one.
+            await asyncio.sleep(1.02 - time.time() % 1.0)
             first = PeriodicEnqueuer(queue, app.periodic_tasks)
             result = await first.run_once()
             assert result.counts == {"enqueued": 1, "due": 1}  # a first run takes only the latest tick
