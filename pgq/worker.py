@@ -8,8 +8,10 @@ One event loop runs these tasks, each owning one concern:
   `poll_interval`, jittered, or sooner when the database says a scheduled job is due sooner), or when
   a slot frees up while the last claim came back full. A second claim may overlap a claim in flight
   (`claims_in_flight`), for the slots that freed up meanwhile;
-- one task per job runs its handler: `async def` handlers on the loop, plain `def` handlers in a pool
-  of daemon threads (one per slot), so a slow handler never blocks claims, heartbeats or shutdown;
+- each job's handler runs in its own slot: an `async def` handler in a task of its own on the loop, a
+  plain `def` handler in a pool of daemon threads (at most one per slot), so a slow handler never
+  blocks claims, heartbeats or shutdown. A sync handler without a timeout needs no task at all: its
+  thread hands the outcome back to the loop in a callback (a task awaits the ones with a timeout);
 - the flusher acknowledges finished jobs in batches: at most one statement per kind of outcome
   (complete / fail / snooze) per flush, sent `ack_delay` after the oldest pending acknowledgement or
   as soon as `ack_batch` are pending. Every acknowledgement is fenced by its lease token; a lost lease
@@ -75,7 +77,7 @@ _DAY = 86400.0
 
 PREFETCH_HORIZON: Final = 0.1
 """Adaptive prefetch holds about this many seconds of work (at the rate jobs start)."""
-PREFETCH_MAX: Final = 512
+PREFETCH_MAX: Final = 2048
 """Adaptive prefetch never holds more jobs than this (or than `concurrency`, when larger)."""
 HANDLER_HEAD_START: Final = 0.001
 """After a claim that emptied the queue, the jobs it started run this long (seconds) before the
@@ -123,7 +125,7 @@ class WorkerConfig:
       other workers. A shutdown hands held jobs straight back.
     - `claims_in_flight`: claims that may run at once (each for the room free when it started; a
       second one only for a worthwhile batch). 1 makes claims strictly sequential. A claim starts at
-      once when a slot would otherwise idle, else when the prefetch buffer has half emptied.
+      once when a slot would otherwise idle, else when a quarter of the prefetch buffer is gone.
     - `metrics_port`: serve Prometheus metrics at http://metrics_host:metrics_port/metrics from a
       thread of their own (None: no server; 0: any free port, see `Worker.metrics_address`). See
       `pgq.metrics` for the metrics.
@@ -236,6 +238,9 @@ def _check_seconds(name: str, value: object, *, positive: bool) -> None:
 # Sync handlers: daemon threads
 
 
+_Outcome = Callable[[Any, BaseException | None], None]  # (result, error) of one item, on the loop
+
+
 class _Threads:
     """Runs sync handlers in daemon threads, at most `size` of them, started on demand.
 
@@ -250,32 +255,41 @@ class _Threads:
     `loop` in batches: a thread appends to a deque and wakes the loop only when no wake-up is already
     on its way (one write to the loop's self-pipe per burst). Once the loop is closed they are
     dropped (nobody waits for them any more).
+
+    Two ways in: `submit` returns a future (for callers that await, e.g. with a timeout); `call`
+    takes a callback run on the loop with the outcome, which spares a future and a task per item
+    (the worker's path for sync handlers without a timeout).
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, size: int, name: str) -> None:
         self._loop = loop
         self._size = size
         self._name = name
-        self._items: collections.deque[tuple[asyncio.Future[Any], Callable[[], Any]]] = collections.deque()
+        self._items: collections.deque[tuple[_Outcome, Callable[[], Any]]] = collections.deque()
         self._tokens: queue_module.SimpleQueue[bool] = queue_module.SimpleQueue()  # a sleeper wakes per token
         self._lock = threading.Lock()  # guards the counts below
         self._threads = 0
         self._looking = 0  # awake, not running a handler: will take the next item
         self._sleeping = 0  # waiting for a token
         self._closing = False
-        self._done: collections.deque[tuple[asyncio.Future[Any], Any, BaseException | None]] = (
-            collections.deque())
+        self._done: collections.deque[tuple[_Outcome, Any, BaseException | None]] = collections.deque()
         self._wake_sent = False  # a _deliver is scheduled on the loop and has not started yet
 
     def submit(self, fn: Callable[[], Any]) -> asyncio.Future[Any]:
         """Run `fn()` in a thread; return a future of the loop that gets its result or exception.
         Call from the loop's thread."""
         future: asyncio.Future[Any] = self._loop.create_future()
-        self._items.append((future, fn))
+        self.call(fn, functools.partial(_settle_future, future))
+        return future
+
+    def call(self, fn: Callable[[], Any], done: _Outcome) -> None:
+        """Run `fn()` in a thread, then `done(result, None)` or `done(None, exception)` on the loop
+        (never once the loop is closed). Call from the loop's thread. An exception from `done` is
+        logged, and does not keep other outcomes from being delivered."""
+        self._items.append((done, fn))
         with self._lock:
             if self._looking == 0:
                 self._wake_one()
-        return future
 
     def shutdown(self) -> None:
         """Let idle threads exit; busy ones exit when their handler returns."""
@@ -304,19 +318,17 @@ class _Threads:
         self._wake_sent = False
         done = self._done
         while done:
-            future, result, error = done.popleft()
-            if future.cancelled():
-                continue
-            if error is None:
-                future.set_result(result)
-            else:
-                future.set_exception(error)
+            callback, result, error = done.popleft()
+            try:
+                callback(result, error)
+            except Exception:
+                logger.exception("delivering a sync handler's outcome failed", extra={"event": "worker_bug"})
 
     def _serve(self) -> None:
         items, lock = self._items, self._lock
         while True:
             try:
-                future, fn = items.popleft()
+                callback, fn = items.popleft()
             except IndexError:
                 with lock:
                     if items:  # appended meanwhile, by a submit that counted on this thread
@@ -338,12 +350,21 @@ class _Threads:
                 result, error = None, exc
             with lock:
                 self._looking += 1
-            self._done.append((future, result, error))
+            self._done.append((callback, result, error))
             if not self._wake_sent:
                 self._wake_sent = True
                 with contextlib.suppress(RuntimeError):  # the loop is closed: the worker is gone
                     self._loop.call_soon_threadsafe(self._deliver)
-            del future, fn, result, error
+            del callback, fn, result, error
+
+
+def _settle_future(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
@@ -367,8 +388,9 @@ class _Rejected(Exception):
 class _Running:
     claim: Claim
     claimed_at: float
-    task: asyncio.Task[None] | None = None
+    task: asyncio.Task[None] | None = None  # None: a sync handler run through _Threads.call
     released: bool = False
+    started: float = 0.0  # monotonic, when its handler was started
 
 
 @dataclass(slots=True)
@@ -566,6 +588,7 @@ class Worker:
         self._stop_at = 0.0
         self._fatal: BaseException | None = None
         self._wake = asyncio.Event()  # the producer may have something to do
+        self._run_ended = asyncio.Event()  # a job's run ended while stopping (shutdown waits for these)
         self._ready = True  # jobs may be ready: the last claim was full, a NOTIFY came, or a timer fired
         self._ready_gen = 0  # bumped by every NOTIFY and timer: a claim that raced one keeps _ready
         self._poll_at = 0.0  # monotonic time of the next fallback poll
@@ -724,13 +747,16 @@ class Worker:
             return False
         free = self._free_slots() - self._claiming
         backlog = len(self._inflight) - len(self._running) - len(self._held)  # finished, not acked
-        # Claim at once when a slot would otherwise sit idle; else only once the prefetch buffer has
-        # half emptied, so that claims stay big (one round trip for many jobs) instead of
-        # degenerating into one per finished job. A claim in flight already asks for every slot
-        # free when it started; another may overlap it (claims are bound by round trips, not by the
-        # database), but only for a worthwhile batch.
+        # Claim at once when a slot would otherwise sit idle; else once a quarter of the prefetch
+        # buffer is gone, so that claims stay big (one round trip for many jobs) instead of
+        # degenerating into one per finished job, while the three quarters left keep the handlers
+        # busy for longer than the claim takes (a claim costs the database about as much per job as
+        # a no-op job costs the worker: at half, the buffer often ran dry before the claim was
+        # back). A claim in flight already asks for every slot free when it started; another may
+        # overlap it (claims are bound by round trips, not by the database), but only for a
+        # worthwhile batch.
         idle = cfg.concurrency - len(self._running) - self._abandoned - len(self._held) - self._claiming
-        batch = max(1, self._prefetch // 2)
+        batch = max(1, self._prefetch // 4)
         wanted = (1 if idle > 0 else batch) if not self._claims else max(batch, cfg.concurrency // 4)
         if (free >= wanted and self._claims < cfg.claims_in_flight and now >= self._claim_pause_until
                 and backlog < self._max_backlog):
@@ -867,23 +893,46 @@ class Worker:
                 await self._stopping.wait()
 
     def _start(self, claim: Claim, claimed_at: float) -> None:
-        self._count("claimed", claim.job)
+        job = claim.job
+        self._count("claimed", job)
         run = _Running(claim, claimed_at)
-        self._running[claim.id] = run
+        self._running[job.id] = run
+        task = self._tasks.get(job.kind)
+        if task is not None and not task.is_async and task.timeout is None:
+            # A sync handler that needs no timeout: straight to a thread, its outcome handled by a
+            # callback on the loop. No task or future per job, which for short handlers is a good
+            # part of the worker's own CPU time per job.
+            try:
+                kwargs = task.check_arguments(job.payload)
+            except InvalidJob:
+                pass  # _execute rejects it, with the reason
+            else:
+                self._log_start(job)
+                context = contextvars.copy_context()
+                context.run(_current.set, JobContext(claim, claimed_at))
+                run.started = time.monotonic()
+                self._threads.call(functools.partial(context.run, task.func, **kwargs),
+                                   functools.partial(self._sync_done, run, task))
+                return
         run.task = asyncio.get_running_loop().create_task(self._execute(run))
 
     # -- running one job -----------------------------------------------------------------------------
+
+    def _log_start(self, job: Job) -> None:
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("job %d %s attempt %d/%d: started", job.id, job.kind, job.attempts, job.max_attempts,
+                        extra=_job_extra(job, "job_start"))
 
     async def _execute(self, run: _Running) -> None:
         claim = run.claim
         job = claim.job
         task = self._tasks.get(job.kind)
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug("job %d %s attempt %d/%d: started", job.id, job.kind, job.attempts, job.max_attempts,
-                        extra=_job_extra(job, "job_start"))
-        started = time.monotonic()
-        outcome, error = "succeeded", None
+        self._log_start(job)
+        run.started = time.monotonic()
+        outcome, error = "released", None
         try:
+            value: Any = None
+            failure: BaseException | None = None
             try:
                 if task is None:
                     known = ", ".join(sorted(self._tasks)) or "none"
@@ -894,33 +943,58 @@ class Worker:
                 except InvalidJob as exc:
                     raise _Rejected(str(exc)) from None
                 value = await self._call(task, kwargs, run)
-                if isinstance(value, Snooze):
-                    raise value
-                if value is not None:
-                    try:
-                        encode_json("result", value, None)
-                    except InvalidJob as exc:
-                        raise _Rejected(f"task {task.name!r} returned a value that cannot be stored as its "
-                                        f"result: {exc}") from None
-            except Snooze as snooze:
-                outcome = "snoozed"
-                self._ack_snooze(claim, snooze.delay)
             except asyncio.CancelledError:
                 current = asyncio.current_task()
                 if run.released or (current is not None and current.cancelling()):
-                    outcome = "released"
                     raise
-                outcome, error = self._ack_failure(claim, task, RuntimeError("the handler raised CancelledError"))
-            except Exception as exc:
-                outcome, error = self._ack_failure(claim, task, exc)
+                failure = RuntimeError("the handler raised CancelledError")
             except BaseException as exc:  # SystemExit, KeyboardInterrupt from a handler: still just a failure
-                outcome, error = self._ack_failure(claim, task, exc)
-            else:
-                self._ack_complete(claim, value)
+                failure = exc
+            outcome, error = self._conclude(claim, task, value, failure)
         finally:
-            self._running.pop(job.id, None)
-            self._slot_freed()
-            self._log_finish(job, outcome, time.monotonic() - started, error)
+            self._end_run(run, outcome, error)
+
+    def _sync_done(self, run: _Running, task: Task, value: Any, failure: BaseException | None) -> None:
+        # On the loop, once a sync handler started by _start returned or raised.
+        if run.released:  # handed back at shutdown while it ran (and reported then)
+            return
+        outcome, error = "released", None
+        try:
+            if isinstance(failure, asyncio.CancelledError):
+                failure = RuntimeError("the handler raised CancelledError")
+            outcome, error = self._conclude(run.claim, task, value, failure)
+        finally:
+            self._end_run(run, outcome, error)
+
+    def _conclude(self, claim: Claim, task: Task | None, value: Any,
+                  failure: BaseException | None) -> tuple[str, str | None]:
+        """Queue the acknowledgement of an attempt that returned `value` or raised `failure`; return
+        its outcome and, for a failure, the error summary."""
+        if failure is None and isinstance(value, Snooze):
+            failure = value
+        if failure is None and value is not None:
+            try:
+                encode_json("result", value, None)
+            except InvalidJob as exc:
+                assert task is not None
+                failure = _Rejected(f"task {task.name!r} returned a value that cannot be stored as its "
+                                    f"result: {exc}")
+        if failure is None:
+            self._ack_complete(claim, value)
+            return "succeeded", None
+        if isinstance(failure, Snooze):
+            self._ack_snooze(claim, failure.delay)
+            return "snoozed", None
+        return self._ack_failure(claim, task, failure)
+
+    def _end_run(self, run: _Running, outcome: str, error: str | None) -> None:
+        job = run.claim.job
+        if self._running.get(job.id) is run:
+            del self._running[job.id]
+        self._slot_freed()
+        self._log_finish(job, outcome, time.monotonic() - run.started, error)
+        if self._stopping.is_set():
+            self._run_ended.set()
 
     async def _call(self, task: Task, kwargs: dict[str, Any], run: _Running) -> Any:
         token = _current.set(JobContext(run.claim, run.claimed_at))
@@ -1202,8 +1276,12 @@ class Worker:
                 remaining = self._stop_at + cfg.drain_timeout - time.monotonic()
                 if remaining <= 0:
                     break
-                tasks = {r.task for r in self._running.values() if r.task is not None}
-                await asyncio.wait({*tasks, abort_wait}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+                self._run_ended.clear()
+                ended = asyncio.ensure_future(self._run_ended.wait())
+                try:
+                    await asyncio.wait({ended, abort_wait}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    ended.cancel()
         finally:
             abort_wait.cancel()
         # 3. Hand the unfinished ones back to the queue, at once and without spending an attempt.
@@ -1214,6 +1292,8 @@ class Worker:
                 self._ack_snooze(run.claim, 0.0)
                 if run.task is not None:
                     run.task.cancel()
+                else:  # a sync handler's thread cannot be stopped: its outcome will be ignored
+                    self._end_run(run, "released", None)
             logger.warning("releasing %d unfinished jobs back to their queues: %s", len(leftover),
                            ", ".join(str(r.claim.id) for r in leftover[:20]) + (" ..." if len(leftover) > 20 else ""),
                            extra={"event": "worker_release", "count": len(leftover)})

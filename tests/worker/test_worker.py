@@ -497,6 +497,77 @@ def test_abort_releases_at_once_even_with_a_long_drain_timeout(pgq_dsn: str, db:
     assert db.rows("SELECT status::text, attempts FROM pgq.jobs") == [{"status": "queued", "attempts": 0}]
 
 
+def test_released_sync_handler_returning_later_changes_nothing(pgq_dsn: str, db: DB,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    # A sync handler's thread cannot be stopped: released at shutdown, it may return while the loop
+    # still runs. Its outcome must then be dropped: the job went back to the queue, no attempt spent.
+    app = pgq.App(pgq_dsn)
+    started = threading.Event()
+    gate = threading.Event()
+    returned = threading.Event()
+
+    @app.task
+    def stuck() -> str:
+        started.set()
+        gate.wait(30)
+        returned.set()
+        return "too late"
+
+    async def main() -> pgq.Worker:
+        worker = app.worker(drain_timeout=0.2, lease=60)
+        runner = asyncio.create_task(worker.run_async())
+        await stuck.defer_async()
+        await asyncio.to_thread(started.wait, 5)
+        worker.stop()
+        await asyncio.wait_for(runner, 10)
+        gate.set()  # the loop runs on: the late outcome reaches it
+        await asyncio.to_thread(returned.wait, 5)
+        await asyncio.sleep(0.2)
+        await app.aclose()
+        return worker
+
+    try:
+        with caplog.at_level(logging.DEBUG, logger="pgq.worker"):
+            worker = asyncio.run(main())
+    finally:
+        gate.set()
+    assert db.rows("SELECT status::text, attempts, result FROM pgq.jobs") == [
+        {"status": "queued", "attempts": 0, "result": None}]
+    assert (worker.stats["released"], worker.stats["succeeded"]) == (1, 0)
+    outcomes = [getattr(r, "outcome", None) for r in caplog.records if getattr(r, "event", "") == "job_finish"]
+    assert outcomes == ["released"]  # reported once, at shutdown; the late return is not an outcome
+
+
+def test_sync_handler_raising_cancelled_or_system_exit_is_just_a_failure(pgq_dsn: str, db: DB) -> None:
+    app = pgq.App(pgq_dsn)
+
+    @app.task(max_attempts=1)
+    def cancels() -> None:
+        raise asyncio.CancelledError
+
+    @app.task(max_attempts=1)
+    def exits() -> None:
+        raise SystemExit(3)
+
+    @app.task(max_attempts=1)
+    async def cancels_async() -> None:
+        raise asyncio.CancelledError
+
+    async def before(queue: AsyncQueue) -> None:
+        await cancels.defer_async()
+        await exits.defer_async()
+        await cancels_async.defer_async()
+
+    worker = asyncio.run(run_worker_until(app, all_finished, before=before))
+    rows = db.rows("SELECT kind, status::text, attempts, last_error FROM pgq.jobs ORDER BY kind")
+    assert [(r["kind"], r["status"], r["attempts"]) for r in rows] == [
+        ("cancels", "failed", 1), ("cancels_async", "failed", 1), ("exits", "failed", 1)]
+    assert rows[0]["last_error"].startswith("RuntimeError: the handler raised CancelledError")
+    assert rows[1]["last_error"].startswith("RuntimeError: the handler raised CancelledError")
+    assert rows[2]["last_error"].startswith("SystemExit: 3")
+    assert worker.stats["failed"] == 3
+
+
 def test_worker_on_unmigrated_database_raises_not_migrated(pgq_empty_dsn: str) -> None:
     app = pgq.App(pgq_empty_dsn)
     with pytest.raises(pgq.NotMigrated):
