@@ -10,6 +10,7 @@ wait. Database errors are thrown back into the generator, so an operation can tr
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Callable, Generator, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -17,6 +18,9 @@ from typing import Any, Generic, Literal, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.abc import Buffer
+from psycopg.adapt import Loader
+from psycopg.pq import Format
 from psycopg.rows import dict_row, tuple_row
 
 from . import _sql
@@ -468,6 +472,33 @@ def _clean_text(text: str) -> str:
 # Drivers: the only code that executes statements.
 
 
+_raw_decode = json.JSONDecoder().raw_decode
+
+
+class _JsonbBinaryLoader(Loader):
+    """jsonb in binary format (the claim's payloads and results), parsed by the json module's C
+    scanner straight from text: `json.loads` on bytes, psycopg's default, spends most of its time
+    detecting the encoding and checking arguments (about 3.5 µs against 0.9 µs for a small payload,
+    which a claim pays once per job). The same values as `json.loads`, and its errors."""
+
+    format = Format.BINARY
+
+    def load(self, data: Buffer) -> Any:
+        if not data or data[0] != 1:
+            raise psycopg.DataError(f"unknown jsonb binary format: {data[0] if data else 'empty'}")
+        text = str(memoryview(data)[1:], "utf-8")
+        try:
+            value, end = _raw_decode(text)
+        except ValueError:
+            return json.loads(text)  # raises the error json.loads raises
+        return value if end == len(text) else json.loads(text)
+
+
+def _cursor_adapters(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> None:
+    # On the cursor, not the connection: a connection from a caller's pool keeps its own loaders.
+    cur.adapters.register_loader("jsonb", _JsonbBinaryLoader)
+
+
 def run_sync(conn: psycopg.Connection[Any], op: Operation[T], *, own_transaction: bool) -> T:
     """Drive `op` (and the operations its `then` chains) to completion on `conn` (not closed; the
     caller owns it).
@@ -483,6 +514,7 @@ def run_sync(conn: psycopg.Connection[Any], op: Operation[T], *, own_transaction
             conn.transaction() if current.transaction and own_transaction else nullcontext()
         )
         with ctx, conn.cursor(row_factory=dict_row) as cur:
+            _cursor_adapters(cur)
             steps = current.steps()
             step = _step(steps, None, None)
             while isinstance(step, Stmt):
@@ -508,6 +540,7 @@ async def run_async(conn: psycopg.AsyncConnection[Any], op: Operation[T], *, own
             conn.transaction() if current.transaction and own_transaction else _anull()
         )
         async with ctx, conn.cursor(row_factory=dict_row) as cur:
+            _cursor_adapters(cur)
             steps = current.steps()
             step = _step(steps, None, None)
             while isinstance(step, Stmt):

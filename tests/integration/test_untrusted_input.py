@@ -11,6 +11,7 @@ import json
 import secrets
 from typing import Any
 
+import psycopg
 import pytest
 
 import pgq
@@ -67,6 +68,45 @@ def test_python_api_stores_and_reads_back_text_unchanged(pgq_queue: Queue, db: S
     # Read back by Postgres itself, not only by pgq's own decoding.
     assert db("SELECT kind = %(t)s AND queue = %(t)s AND dedupe_key = %(t)s AND payload -> %(t)s = to_jsonb(%(t)s)"
               " AND claimed_by = %(t)s AS same FROM pgq.jobs", {"t": text}) == [{"same": True}]
+
+
+JSON_SHAPES: list[Any] = [
+    {}, [], "", 0, -1, 2**63 + 5, -(10**40), 1.5, -0.0, 1e-300, 6.5e-7, 0.1 + 0.2, True, False,
+    {"nested": {"deeper": [[[{"x": [1, {"y": None}]}]]]}},
+    {"escapes": "\"\\/\b\f\n\r\t\u0001 \u2028 😀", "ключ": "значение", "🐘": ["日本語"]},
+    [TRICKY["10kb"], RANDOM_10KB],
+]
+
+
+def test_payloads_of_every_json_shape_come_back_equal_from_a_claim(pgq_queue: Queue, db: SQL) -> None:
+    # Claims decode payloads from binary jsonb with pgq's own loader (pgq._ops): the values must be
+    # exactly what json.loads makes of Postgres's text for them, and what was enqueued.
+    ids = pgq_queue.enqueue_many([JobSpec("shape", payload, queue="shapes") for payload in JSON_SHAPES])
+    claims = pgq_queue.claim(worker="w", queues=["shapes"], limit=len(JSON_SHAPES))
+    by_id = {c.id: c.job.payload for c in claims}
+    texts = {r["id"]: json.loads(r["t"]) for r in db("SELECT id, payload::text AS t FROM pgq.jobs")}
+    for job_id, payload in zip(ids, JSON_SHAPES, strict=True):
+        assert by_id[job_id] == texts[job_id] == payload, payload
+        assert type(by_id[job_id]) is type(payload)
+    # Results come back through the same loader when a claim reads a re-run's earlier result.
+    for claim in claims:
+        pgq_queue.complete(claim, claim.job.payload)
+    assert [pgq_queue.get(i).result for i in ids] == JSON_SHAPES  # type: ignore[union-attr]
+
+
+def test_jsonb_loader_refuses_an_unknown_binary_format_and_matches_json_loads_errors() -> None:
+    from pgq._ops import _JsonbBinaryLoader
+
+    loader = _JsonbBinaryLoader(0)
+    assert loader.load(b"\x01" + b'{"a": [1, 2.5, null]}') == {"a": [1, 2.5, None]}
+    assert loader.load(memoryview(b"\x01[1] ")) == [1]  # trailing space: json.loads rules
+    with pytest.raises(psycopg.DataError, match="unknown jsonb binary format"):
+        loader.load(b"\x02{}")
+    with pytest.raises(psycopg.DataError, match="unknown jsonb binary format"):
+        loader.load(b"")
+    for bad in (b"\x01{", b"\x01[1] x", b"\x01 "):
+        with pytest.raises(json.JSONDecodeError):
+            loader.load(bad)
 
 
 def test_ten_kilobytes_of_random_text_round_trip_where_nothing_indexes_them(pgq_queue: Queue) -> None:
