@@ -84,6 +84,11 @@ SPARE_MAX_AGE = 60.0
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
+def _spare_done(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], since: float) -> bool:
+    """Whether the kept connection, kept since `since` (monotonic), goes back to the pool now."""
+    return conn.broken or conn.info.transaction_status != _IDLE or time.monotonic() - since > SPARE_MAX_AGE
+
+
 def pool_kwargs(pgbouncer: bool) -> dict[str, Any]:
     """psycopg connection kwargs of the pools pgq creates: autocommit, and with `pgbouncer` (the DSN
     is a PgBouncer in transaction pooling mode) no server-side prepared statements."""
@@ -207,9 +212,7 @@ class Queue:
         try:
             return _ops.run_sync(conn, op, own_transaction=True)
         finally:
-            if conn.broken or conn.info.transaction_status != _IDLE or (
-                time.monotonic() - self._spare_since > SPARE_MAX_AGE
-            ):
+            if _spare_done(conn, self._spare_since):
                 self._spare = None
                 self._pool.putconn(conn)
 
@@ -478,10 +481,7 @@ class AsyncQueue:
             return await _ops.run_async(conn, op, own_transaction=True)
         finally:
             self._spare_busy = False
-            if conn is not None and (
-                conn is not self._spare or conn.broken or conn.info.transaction_status != _IDLE
-                or time.monotonic() - self._spare_since > SPARE_MAX_AGE
-            ):
+            if conn is not None and (conn is not self._spare or _spare_done(conn, self._spare_since)):
                 if conn is self._spare:
                     self._spare = None
                 await self._pool.putconn(conn)

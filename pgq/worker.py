@@ -908,11 +908,8 @@ class Worker:
                 pass  # _execute rejects it, with the reason
             else:
                 self._log_start(job)
-                context = contextvars.copy_context()
-                context.run(_current.set, JobContext(claim, claimed_at))
                 run.started = time.monotonic()
-                self._threads.call(functools.partial(context.run, task.func, **kwargs),
-                                   functools.partial(self._sync_done, run, task))
+                self._threads.call(_sync_call(task, kwargs, run), functools.partial(self._sync_done, run, task))
                 return
         run.task = asyncio.get_running_loop().create_task(self._execute(run))
 
@@ -943,11 +940,11 @@ class Worker:
                 except InvalidJob as exc:
                     raise _Rejected(str(exc)) from None
                 value = await self._call(task, kwargs, run)
-            except asyncio.CancelledError:
+            except asyncio.CancelledError as exc:
                 current = asyncio.current_task()
                 if run.released or (current is not None and current.cancelling()):
                     raise
-                failure = RuntimeError("the handler raised CancelledError")
+                failure = exc  # raised by the handler itself: a failure like any other
             except BaseException as exc:  # SystemExit, KeyboardInterrupt from a handler: still just a failure
                 failure = exc
             outcome, error = self._conclude(claim, task, value, failure)
@@ -960,8 +957,6 @@ class Worker:
             return
         outcome, error = "released", None
         try:
-            if isinstance(failure, asyncio.CancelledError):
-                failure = RuntimeError("the handler raised CancelledError")
             outcome, error = self._conclude(run.claim, task, value, failure)
         finally:
             self._end_run(run, outcome, error)
@@ -985,6 +980,8 @@ class Worker:
         if isinstance(failure, Snooze):
             self._ack_snooze(claim, failure.delay)
             return "snoozed", None
+        if isinstance(failure, asyncio.CancelledError):  # from the handler, not a cancellation of ours
+            failure = RuntimeError("the handler raised CancelledError")
         return self._ack_failure(claim, task, failure)
 
     def _end_run(self, run: _Running, outcome: str, error: str | None) -> None:
@@ -997,27 +994,24 @@ class Worker:
             self._run_ended.set()
 
     async def _call(self, task: Task, kwargs: dict[str, Any], run: _Running) -> Any:
-        token = _current.set(JobContext(run.claim, run.claimed_at))
-        try:
-            if task.is_async:
-                if task.timeout is None:
-                    return await task.func(**kwargs)
-                try:
-                    async with asyncio.timeout(task.timeout) as scope:
-                        return await task.func(**kwargs)
-                except TimeoutError:
-                    if scope.expired():
-                        raise _HandlerTimeout(task.timeout) from None
-                    raise
-            context = contextvars.copy_context()
-            future = self._threads.submit(functools.partial(context.run, task.func, **kwargs))
-            if task.timeout is None:
-                return await future
+        if not task.is_async:  # with a timeout (_start runs the others): awaited, abandoned when late
+            future = self._threads.submit(_sync_call(task, kwargs, run))
             done, _ = await asyncio.wait({future}, timeout=task.timeout)
             if not done:
                 self._abandon(run, future)
                 raise _HandlerTimeout(task.timeout)
             return future.result()
+        token = _current.set(JobContext(run.claim, run.claimed_at))
+        try:
+            if task.timeout is None:
+                return await task.func(**kwargs)
+            try:
+                async with asyncio.timeout(task.timeout) as scope:
+                    return await task.func(**kwargs)
+            except TimeoutError:
+                if scope.expired():
+                    raise _HandlerTimeout(task.timeout) from None
+                raise
         finally:
             _current.reset(token)
 
@@ -1066,8 +1060,7 @@ class Worker:
     def _log_finish(self, job: Job, outcome: str, seconds: float, error: str | None) -> None:
         if outcome != "released":
             self.metrics.job_duration(job.queue, job.kind, seconds)
-        level = {"succeeded": logging.DEBUG, "snoozed": logging.DEBUG, "retry": logging.WARNING,
-                 "released": logging.WARNING}.get(outcome, logging.ERROR)
+        level = _FINISH_LEVELS.get(outcome, logging.ERROR)
         if not logger.isEnabledFor(level):
             return
         extra = _job_extra(job, "job_finish")
@@ -1313,6 +1306,19 @@ class Worker:
             logger.error("could not acknowledge %d jobs before exiting (database unreachable?); they will "
                          "be rescued after their lease: %s", len(ids), ids[:50],
                          extra={"event": "ack_abandoned", "count": len(ids)})
+
+
+_FINISH_LEVELS: Final = {"succeeded": logging.DEBUG, "snoozed": logging.DEBUG, "retry": logging.WARNING,
+                         "released": logging.WARNING}
+"""Log level of a job's finish line by outcome (any other outcome: a failure, ERROR)."""
+
+
+def _sync_call(task: Task, kwargs: dict[str, Any], run: _Running) -> Callable[[], Any]:
+    """A sync handler's call, for a thread: in a copy of the current context in which
+    `current_job()` is this run's job."""
+    context = contextvars.copy_context()
+    context.run(_current.set, JobContext(run.claim, run.claimed_at))
+    return functools.partial(context.run, task.func, **kwargs)
 
 
 def _job_extra(job: Job, event: str) -> dict[str, Any]:
