@@ -639,7 +639,14 @@ def test_adaptive_prefetch_stays_small_for_slow_jobs(pgq_dsn: str, db: DB) -> No
 
     asyncio.run(run_worker_until(app, done, before=before, concurrency=2))
     assert db.status_counts() == {"succeeded": 12}
-    assert max(leased) <= 4, leased  # 2 running + 2 held, never the whole queue
+    # Each claim asks for the free slots plus the room in the buffer: 2 running + 2 held at most. (The
+    # jobs of one claim share its transaction's started_at.)
+    biggest = db.value("SELECT max(n) FROM (SELECT count(*) AS n FROM pgq.jobs GROUP BY started_at) c")
+    assert biggest <= 4, biggest
+    # Leased at any moment: those 4, plus for a few milliseconds the jobs that just finished, whose
+    # acknowledgement (batched, ack_delay) is still on its way while their slots are refilled. Never
+    # the whole queue.
+    assert max(leased) <= 6, leased
 
 
 def test_due_jobs_it_cannot_take_make_a_worker_back_off_not_spin(
