@@ -661,6 +661,51 @@ def rescue_as_leader(
     return Operation("job_rescue", steps, transaction=True)
 
 
+# pgq's statements that lock job (or limit) rows or hold a lock until they commit: a session stuck
+# sending the result of one of these to a frozen client holds those rows. Every other statement only
+# reads (READ_ONLY_STATEMENTS); tests check that every .sql file is in exactly one of the two.
+WRITING_STATEMENTS: tuple[str, ...] = (
+    "concurrency_limit_delete", "concurrency_limit_lock", "concurrency_limit_set", "job_cancel", "job_claim",
+    "job_claim_fast", "job_complete", "job_enqueue", "job_enqueue_one", "job_fail", "job_heartbeat",
+    "job_insert", "job_insert_one", "job_purge", "job_rescue", "job_retry", "job_snooze",
+    "maintenance_lock", "periodic_enqueue",
+)
+READ_ONLY_STATEMENTS: tuple[str, ...] = (
+    "job_get", "job_list", "job_next_run_at", "key_is_dirty", "listen", "ping", "queue_backlog",
+    "queue_exists", "queue_stats", "schema_check", "stalled_session_end",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StalledSession:
+    """A session ended by `end_stalled_as_leader`: its backend pid, application_name, client address
+    ("local" for a unix socket), the pgq statement it was stuck in, and for how long (seconds)."""
+
+    pid: int
+    application_name: str
+    client: str
+    statement: str
+    stalled_s: float
+
+
+def end_stalled_as_leader(lock_key: int, after_s: float) -> Operation[LeaderRun[list[StalledSession]]]:
+    """One transaction: take the rescue lock, and when it was free, end every session of this
+    database stuck for more than `after_s` seconds writing the result of one of pgq's writing
+    statements to a client that stopped reading (see `stalled_session_end.sql`). Only sessions this
+    role may signal are considered. Value: the sessions ended."""
+
+    def steps() -> Steps[LeaderRun[list[StalledSession]]]:
+        leader, now = yield from _leader(lock_key)
+        if not leader:
+            return LeaderRun(False, now, None)
+        rows = yield Stmt("stalled_session_end", {"after_s": after_s, "statements": list(WRITING_STATEMENTS)})
+        return LeaderRun(True, now, [
+            StalledSession(r["pid"], r["application_name"], r["client"], r["statement"], r["stalled_s"])
+            for r in rows if r["ended"]])
+
+    return Operation("stalled_session_end", steps, transaction=True)
+
+
 def purge_as_leader(lock_key: int, older_than_s: float, batch: int = PURGE_BATCH) -> Operation[LeaderRun[int]]:
     """One transaction: take the retention lock, and when it was free, delete one batch of jobs that
     finished more than `older_than_s` seconds ago. Value: the number deleted."""

@@ -286,7 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--lease", metavar="SECONDS", type=_seconds("lease", positive=True),
         help="lease of each claimed job, renewed by heartbeats every third of it; the job of a worker "
-        "that died is rescued about half a lease after its lease expired (default: 60)",
+        "that died is rescued about half a lease after its lease expired, and a database session stuck "
+        "this long sending a pgq statement's result to a frozen client is ended (default: 60)",
     )
     p.add_argument(
         "--poll-interval", metavar="SECONDS", type=_seconds("poll interval", positive=True),

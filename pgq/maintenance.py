@@ -65,24 +65,62 @@ class StepResult:
 class Rescuer:
     """Rescues attempts whose lease expired (their worker died or hung): jobs with attempts left are
     queued again at once (their workers notified), the others failed. See `job_rescue.sql`.
-    Each rescued job counts as event "rescued" in `metrics`, when given."""
+    Each rescued job counts as event "rescued" in `metrics`, when given.
 
-    def __init__(self, queue: AsyncQueue, *, batch: int = _ops.RESCUE_BATCH, metrics: Metrics | None = None) -> None:
+    With `stalled_after` (seconds; a worker passes its lease), each run first ends the sessions stuck
+    that long sending the result of a pgq statement that writes to a client that stopped reading
+    (a frozen worker whose claim never committed holds its jobs locked, out of every lease's reach:
+    see `stalled_session_end.sql`), logging each at WARNING.
+    """
+
+    def __init__(
+        self,
+        queue: AsyncQueue,
+        *,
+        batch: int = _ops.RESCUE_BATCH,
+        metrics: Metrics | None = None,
+        stalled_after: float | None = None,
+    ) -> None:
+        if stalled_after is not None and not stalled_after > 0:
+            raise ValueError(f"stalled_after must be positive, got {stalled_after!r}")
         self._queue = queue
         self._batch = batch
         self._metrics = metrics
+        self._stalled_after = stalled_after
 
     async def run_once(self) -> StepResult:
-        """Rescue every expired attempt, `batch` per transaction, if this worker gets the lock.
+        """End stalled sessions (with `stalled_after`), then rescue every expired attempt, `batch`
+        per transaction, if this worker gets the lock each time.
 
-        Counts: `requeued`, `failed`. Raises psycopg.OperationalError when the database is unreachable
-        (a batch that committed before stays done).
+        Counts: `requeued`, `failed`, and with `stalled_after` also `sessions_ended`. Raises
+        psycopg.OperationalError when the database is unreachable (a batch that committed before
+        stays done).
         """
+        ended: int | None = None
+        if self._stalled_after is not None:
+            try:
+                stalled = await self._queue._run(_ops.end_stalled_as_leader(RESCUE_LOCK_KEY, self._stalled_after))
+            except psycopg.errors.InsufficientPrivilege as exc:
+                # Never let this extra stop the rescue itself: say so once, and go on without it.
+                logger.warning("ending stalled sessions is disabled in this worker: %s; expired leases are "
+                               "still rescued", one_line(exc), extra={"event": "maintenance_refused",
+                                                                      "step": "stalled_session_end"})
+                self._stalled_after = None
+                return await self.run_once()
+            if stalled.value is None:
+                return StepResult(False)
+            ended = len(stalled.value)
+            for s in stalled.value:
+                logger.warning(
+                    "ended database session %d (application %r, client %s): stuck %.1f s sending the result "
+                    "of %s to a client that stopped reading; the rows it held are free again",
+                    s.pid, s.application_name, s.client, s.stalled_s, s.statement,
+                    extra={"event": "stalled_session_end", "pid": s.pid, "statement": s.statement})
         requeued = failed = 0
         while True:
             run = await self._queue._run(_ops.rescue_as_leader(RESCUE_LOCK_KEY, self._batch))
             if run.value is None:
-                if requeued or failed:  # lost the lock between batches: someone else goes on
+                if requeued or failed or ended is not None:  # lost the lock since: someone else goes on
                     break
                 return StepResult(False)
             for job_id, status, queue, kind in run.value:
@@ -96,7 +134,10 @@ class Rescuer:
                                extra={"event": "job_rescue", "job_id": job_id, "status": status})
             if len(run.value) < self._batch:
                 break
-        return StepResult(True, {"requeued": requeued, "failed": failed})
+        counts = {"requeued": requeued, "failed": failed}
+        if ended is not None:
+            counts["sessions_ended"] = ended
+        return StepResult(True, counts)
 
 
 class Retention:
@@ -216,7 +257,7 @@ class Maintenance:
     Periodic runs follow the ticks. A failing step (database down) is logged and retried with
     backoff; it never ends the loop, except NotMigrated, which is raised. A step the database refuses
     to the worker's role (InsufficientPrivilege) is logged once and not run again by this worker. `metrics`
-    counts rescues.
+    counts rescues. `stalled_after`: see `Rescuer` (a worker passes its lease).
     """
 
     def __init__(
@@ -229,8 +270,9 @@ class Maintenance:
         retention_interval: float,
         periodic_cap: float = 30.0,
         metrics: Metrics | None = None,
+        stalled_after: float | None = None,
     ) -> None:
-        self.rescuer = Rescuer(queue, metrics=metrics)
+        self.rescuer = Rescuer(queue, metrics=metrics, stalled_after=stalled_after)
         self.periodic = PeriodicEnqueuer(queue, periodic)
         self.retention = None if retention is None else Retention(queue, retention)
         self._rescue_interval = rescue_interval

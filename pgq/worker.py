@@ -97,7 +97,9 @@ class WorkerConfig:
     - `queues`: queues to claim from (None: every queue).
     - `concurrency`: jobs run at once (also the size of the thread pool for sync handlers).
     - `lease`: lease of each attempt; renewed every lease/3 while the job runs. A job whose worker
-      stops renewing is rescued about half a lease after its lease expires.
+      stops renewing is rescued about half a lease after its lease expires. Maintenance also ends
+      database sessions stuck this long writing the result of a pgq statement to a client that
+      stopped reading (see `pgq.maintenance.Rescuer`).
     - `poll_interval`: fallback poll period (jittered ±20 %) when no notification arrives.
     - `drain_timeout`: at shutdown, how long running jobs may take to finish before being released.
     - `claimed_by`: the worker's name in `pgq.jobs.claimed_by` (default `<hostname>-<pid>`).
@@ -536,7 +538,7 @@ class Worker:
                 maintenance = Maintenance(self._queue, self.app.periodic_tasks,
                                           rescue_interval=cfg.effective_rescue_interval,
                                           retention=cfg.retention, retention_interval=cfg.retention_interval,
-                                          metrics=self.metrics)
+                                          metrics=self.metrics, stalled_after=cfg.lease)
                 background.append(self._spawn(maintenance.run(), "maintenance"))
             producer = self._spawn(self._produce(), "producer")
             background.append(producer)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,10 +19,11 @@ from psycopg.rows import dict_row
 import pgq
 from pgq import migrate
 from pgq.cli import main
+from pgq.maintenance import Rescuer, StepResult
 from pgq.models import JobSpec, JobStatus
 from pgq.roles import roles_sql
 
-from ..worker.conftest import run_worker_until
+from ..worker.conftest import DB, freeze_mid_claim, run_worker_until, wait_for
 from .conftest import Roles
 
 ENQUEUE_MANY = ("pgq.enqueue_many(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], text[], "
@@ -402,3 +404,43 @@ def test_worker_connected_as_producer_stops_with_a_clear_error(roles: Roles) -> 
 
     with pytest.raises(pgq.PgqError, match=r"may not claim jobs .*grant it pgq_worker"):
         app.worker(dsn=roles.producer, queues=["q"], poll_interval=0.1).run()
+
+
+def test_a_worker_role_ends_only_stalled_sessions_it_may_signal_and_rescues_even_when_it_may_not(
+    roles: Roles, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Three clients frozen mid-claim: as the worker's own login, as the admin's and as a superuser.
+    db = DB(roles.dsn)
+    frozen = {who: freeze_mid_claim(roles.dsn, db, 300, queue=f"q{who}", claim_dsn=dsn)
+              for who, dsn in (("worker", roles.worker), ("admin", roles.admin), ("superuser", roles.dsn))}
+    try:
+        async def run_once(dsn: str) -> StepResult:
+            async with pgq.AsyncQueue(dsn) as queue:
+                return await Rescuer(queue, stalled_after=0.2).run_once()
+
+        time.sleep(0.3)
+        result = asyncio.run(run_once(roles.worker))
+        assert result.counts == {"requeued": 0, "failed": 0, "sessions_ended": 1}
+        wait_for(lambda: frozen["worker"].wait_event(db) is None, 10, "the worker login's frozen session to end")
+        assert [frozen[w].wait_event(db) for w in ("admin", "superuser")] == ["ClientWrite", "ClientWrite"]
+
+        # Where the role may not call pg_terminate_backend at all, rescue goes on without that extra.
+        db.rows("REVOKE EXECUTE ON FUNCTION pg_terminate_backend(integer, bigint) FROM PUBLIC")
+        with pgq.Queue(roles.worker) as w:
+            [lost] = w.claim(worker="dead", queues=["qworker"], limit=1, lease=30)
+        db.rows("UPDATE pgq.jobs SET lease_expires_at = now() - interval '1 s' WHERE id = %s", [lost.id])
+        caplog.set_level(logging.WARNING, logger="pgq")
+        result = asyncio.run(run_once(roles.worker))
+        assert result.leader and result.counts == {"requeued": 1, "failed": 0}
+        [refusal] = [r for r in caplog.records if getattr(r, "event", None) == "maintenance_refused"]
+        assert "ending stalled sessions is disabled" in refusal.getMessage()
+        assert "permission denied" in refusal.getMessage()
+
+        result = asyncio.run(run_once(roles.dsn))  # a superuser may end them all
+        assert result.counts == {"requeued": 0, "failed": 0, "sessions_ended": 2}
+        for who in ("admin", "superuser"):
+            wait_for(lambda who=who: frozen[who].wait_event(db) is None, 10, f"the {who}'s frozen session to end")
+    finally:
+        for client in frozen.values():
+            client.close()
+        db.close()

@@ -19,6 +19,7 @@ import pytest
 from psycopg.rows import dict_row
 
 import pgq
+from pgq import _sql
 
 HERE = Path(__file__).resolve().parent
 RUNNER = HERE / "runner.py"
@@ -64,6 +65,44 @@ class DB:
     def close(self) -> None:
         """Close the connection."""
         self.conn.close()
+
+
+BIG = 60_000  # characters of each big job's payload: 300 of them outgrow any socket buffers (about 18 MB)
+
+
+class FrozenClient:
+    """A client that sends one statement and never reads its result, like a worker process frozen
+    (SIGSTOP, a suspended VM) right after sending it: once the result outgrows the socket buffers,
+    its backend blocks writing (wait event ClientWrite) before it could commit."""
+
+    def __init__(self, dsn: str, query: str, params: dict[str, Any] | None = None) -> None:
+        self.conn = psycopg.connect(dsn, autocommit=True)
+        self.pid = self.conn.pgconn.backend_pid
+        text = psycopg.ClientCursor(self.conn).mogrify(query, params)  # the text pgq sends, comment first
+        self.conn.pgconn.send_query(text.encode())
+        while self.conn.pgconn.flush():
+            time.sleep(0.001)
+
+    def wait_event(self, db: DB) -> str | None:
+        """The backend's wait event ('' for none); None once the session is gone."""
+        rows = db.rows("SELECT coalesce(wait_event, '') AS e FROM pg_stat_activity WHERE pid = %s", (self.pid,))
+        return rows[0]["e"] if rows else None
+
+    def close(self) -> None:
+        """Drop the connection (which also ends the stuck statement, rolling it back)."""
+        self.conn.close()
+
+
+def freeze_mid_claim(dsn: str, db: DB, jobs: int, queue: str = "default", claim_dsn: str | None = None) -> FrozenClient:
+    """Enqueue `jobs` big jobs of kind "big" in `queue` and have a frozen client (connected to
+    `claim_dsn`, default `dsn`) claim them all: returns once its backend is stuck writing the claim's
+    result, the jobs locked but not claimed."""
+    with pgq.Queue(dsn) as producer:
+        producer.enqueue_many([pgq.JobSpec("big", {"blob": "x" * BIG, "n": n}, queue=queue) for n in range(jobs)])
+    frozen = FrozenClient(claim_dsn or dsn, _sql.query("job_claim_fast"), {
+        "queue": queue, "kinds": None, "limit": jobs, "lease_s": 60.0, "worker": "frozen"})
+    wait_for(lambda: frozen.wait_event(db) == "ClientWrite", 10, "the frozen client's claim to block writing")
+    return frozen
 
 
 @pytest.fixture

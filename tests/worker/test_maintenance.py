@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 import time
 from typing import Any
 
@@ -24,7 +25,7 @@ from pgq.maintenance import (
 )
 from pgq.metrics import Metrics
 
-from .conftest import DB, async_wait_for
+from .conftest import DB, FrozenClient, async_wait_for, freeze_mid_claim, run_worker_until, wait_for
 
 MAINTENANCE_IDLE_LIMIT_S = 5  # idle_in_transaction_session_timeout set by sql/maintenance_lock.sql
 
@@ -93,6 +94,79 @@ def test_a_leader_stalled_inside_its_run_loses_the_lock_and_another_worker_rescu
             stalled.execute("SELECT 1")
     finally:
         stalled.close()
+
+
+def test_rescuer_ends_a_session_stuck_sending_a_claim_to_a_frozen_client(
+        pgq_dsn: str, db: DB, caplog: pytest.LogCaptureFixture) -> None:
+    # The claim never commits, so no lease covers its jobs: they stay queued, locked, skipped by every
+    # other claim's SKIP LOCKED, for as long as the client stays frozen, unless the session is ended.
+    frozen = freeze_mid_claim(pgq_dsn, db, 300)
+    # Someone else's statement stuck the same way is left alone: only pgq's writing statements count.
+    bystander = FrozenClient(pgq_dsn, "SELECT repeat('y', 1000) FROM generate_series(1, 20000)")
+    try:
+        wait_for(lambda: bystander.wait_event(db) == "ClientWrite", 10, "the bystander to block writing")
+
+        async def main() -> list[pgq.Claim]:
+            async with AsyncQueue(pgq_dsn) as queue:
+                assert await queue.claim(worker="other", limit=10) == []  # the jobs are held hostage
+                patient = await Rescuer(queue, stalled_after=600).run_once()
+                assert patient.leader and patient.counts == {"requeued": 0, "failed": 0, "sessions_ended": 0}
+                await asyncio.sleep(0.3)
+                with caplog.at_level(logging.WARNING, logger="pgq"):
+                    result = await Rescuer(queue, stalled_after=0.2).run_once()
+                assert result.leader and result.counts == {"requeued": 0, "failed": 0, "sessions_ended": 1}
+                claimed: list[pgq.Claim] = []
+
+                async def all_claimed() -> bool:
+                    claimed.extend(await queue.claim(worker="other", limit=300, lease=60))
+                    return len(claimed) == 300
+
+                await async_wait_for(all_claimed, 10, "the released jobs to be claimable", interval=0.1)
+                return claimed
+
+        claimed = asyncio.run(main())
+        assert sorted(c.job.payload["n"] for c in claimed) == list(range(300))
+        assert {c.job.attempts for c in claimed} == {1}  # the frozen claim was rolled back, not counted
+        wait_for(lambda: frozen.wait_event(db) is None, 10, "the frozen client's session to end")
+        assert bystander.wait_event(db) == "ClientWrite"
+        ended = [r for r in caplog.records if getattr(r, "event", None) == "stalled_session_end"]
+        assert len(ended) == 1 and f"session {frozen.pid} " in ended[0].getMessage()
+        assert "job_claim_fast" in ended[0].getMessage()
+    finally:
+        frozen.close()
+        bystander.close()
+
+
+def test_a_worker_runs_the_jobs_of_a_claim_stuck_on_a_frozen_client(pgq_dsn: str, db: DB) -> None:
+    app = pgq.App(pgq_dsn)
+    ran: list[int] = []
+
+    @app.task
+    def big(blob: str, n: int) -> None:
+        ran.append(n)
+
+    frozen = freeze_mid_claim(pgq_dsn, db, 300)
+    try:
+        async def all_done(queue: AsyncQueue) -> bool:
+            return db.status_counts() == {"succeeded": 300}
+
+        # A worker's rescue ends sessions stalled for its lease.
+        asyncio.run(run_worker_until(app, all_done, timeout=30, lease=1.0, rescue_interval=0.3))
+    finally:
+        frozen.close()
+    assert sorted(ran) == list(range(300))
+    assert db.value("SELECT max(attempts) FROM pgq.jobs") == 1
+
+
+def test_every_sql_file_is_classed_as_writing_or_read_only() -> None:
+    # The stalled-session step ends only sessions stuck in a writing statement: a new .sql file must
+    # be put in one of the two lists, or sessions stuck in it would be left holding their locks.
+    files = {path.stem for path in _sql.data_dir("sql").glob("*.sql")}
+    writing, read_only = set(_ops.WRITING_STATEMENTS), set(_ops.READ_ONLY_STATEMENTS)
+    assert not writing & read_only
+    assert writing | read_only == files
+    for name in files:  # and each file's opening comment names it, which is how the step finds it
+        assert _sql.query(name).startswith(f"-- {name}:"), name
 
 
 @pytest.mark.parametrize("step", ["rescue", "retention", "periodic"])
