@@ -499,22 +499,39 @@ def _cursor_adapters(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> Non
     cur.adapters.register_loader("jsonb", _JsonbBinaryLoader)
 
 
+TRANSACTION_IDLE_LIMIT = "5s"
+"""How long a transaction pgq opened itself may sit idle before the server ends its session (see
+`transaction_guard.sql`): its statements follow each other within milliseconds."""
+_GUARD_PARAMS = {"idle_limit": TRANSACTION_IDLE_LIMIT}
+
+
+def _opens_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], op: Operation[Any],
+                       own_transaction: bool) -> bool:
+    # Whether the driver begins a transaction of its own for `op` (not a savepoint in the caller's).
+    return op.transaction and own_transaction and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
 def run_sync(conn: psycopg.Connection[Any], op: Operation[T], *, own_transaction: bool) -> T:
     """Drive `op` (and the operations its `then` chains) to completion on `conn` (not closed; the
     caller owns it).
 
     With `own_transaction`, an operation marked `transaction` runs inside `conn.transaction()`
-    (a savepoint when the connection is already in a transaction). Database errors are thrown into
-    the operation, which may translate them; whatever escapes is raised here.
+    (a savepoint when the connection is already in a transaction). A transaction begun here first
+    runs `transaction_guard.sql`: the server ends the session if it then idles for more than
+    TRANSACTION_IDLE_LIMIT. Database errors are thrown into the operation, which may translate
+    them; whatever escapes is raised here.
     """
     current: Operation[T] | None = op
     result: T
     while current is not None:
+        guard = _opens_transaction(conn, current, own_transaction)
         ctx: AbstractContextManager[Any] = (
             conn.transaction() if current.transaction and own_transaction else nullcontext()
         )
         with ctx, conn.cursor(row_factory=dict_row) as cur:
             _cursor_adapters(cur)
+            if guard:
+                cur.execute(_sql.query("transaction_guard"), _GUARD_PARAMS)
             steps = current.steps()
             step = _step(steps, None, None)
             while isinstance(step, Stmt):
@@ -536,11 +553,14 @@ async def run_async(conn: psycopg.AsyncConnection[Any], op: Operation[T], *, own
     current: Operation[T] | None = op
     result: T
     while current is not None:
+        guard = _opens_transaction(conn, current, own_transaction)
         ctx: AbstractAsyncContextManager[Any] = (
             conn.transaction() if current.transaction and own_transaction else _anull()
         )
         async with ctx, conn.cursor(row_factory=dict_row) as cur:
             _cursor_adapters(cur)
+            if guard:
+                await cur.execute(_sql.query("transaction_guard"), _GUARD_PARAMS)
             steps = current.steps()
             step = _step(steps, None, None)
             while isinstance(step, Stmt):
@@ -662,8 +682,8 @@ def rescue_as_leader(
 
 
 # pgq's statements that lock job (or limit) rows or hold a lock until they commit: a session stuck
-# sending the result of one of these to a frozen client holds those rows. Every other statement only
-# reads (READ_ONLY_STATEMENTS); tests check that every .sql file is in exactly one of the two.
+# sending the result of one of these to a frozen client holds those rows. No other statement takes
+# a row lock (READ_ONLY_STATEMENTS); tests check that every .sql file is in exactly one of the two.
 WRITING_STATEMENTS: tuple[str, ...] = (
     "concurrency_limit_delete", "concurrency_limit_lock", "concurrency_limit_set", "job_cancel", "job_claim",
     "job_claim_fast", "job_complete", "job_enqueue", "job_enqueue_one", "job_fail", "job_heartbeat",
@@ -672,7 +692,7 @@ WRITING_STATEMENTS: tuple[str, ...] = (
 )
 READ_ONLY_STATEMENTS: tuple[str, ...] = (
     "job_get", "job_list", "job_next_run_at", "key_is_dirty", "listen", "ping", "queue_backlog",
-    "queue_exists", "queue_stats", "schema_check", "stalled_session_end",
+    "queue_exists", "queue_stats", "schema_check", "stalled_session_end", "transaction_guard",
 )
 
 

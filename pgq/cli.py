@@ -281,13 +281,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--prefetch", metavar="N", type=_int_range("prefetch", 0, 100_000),
         help="jobs claimed ahead of free slots and held (leased, heartbeated) until one frees: fewer, "
         "bigger claims; 0 claims only for free slots (default: adaptive, about 0.1 s of work at the "
-        "rate jobs start, between the concurrency and 512)",
+        "rate jobs start, between the concurrency and 2048)",
     )
     p.add_argument(
         "--lease", metavar="SECONDS", type=_seconds("lease", positive=True),
         help="lease of each claimed job, renewed by heartbeats every third of it; the job of a worker "
         "that died is rescued about half a lease after its lease expired, and a database session stuck "
-        "this long sending a pgq statement's result to a frozen client is ended (default: 60)",
+        "for half a lease sending a pgq statement's result to a frozen client is ended (default: 60)",
     )
     p.add_argument(
         "--poll-interval", metavar="SECONDS", type=_seconds("poll interval", positive=True),

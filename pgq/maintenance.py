@@ -67,7 +67,7 @@ class Rescuer:
     queued again at once (their workers notified), the others failed. See `job_rescue.sql`.
     Each rescued job counts as event "rescued" in `metrics`, when given.
 
-    With `stalled_after` (seconds; a worker passes its lease), each run first ends the sessions stuck
+    With `stalled_after` (seconds; a worker passes half its lease), each run first ends the sessions stuck
     that long sending the result of a pgq statement that writes to a client that stopped reading
     (a frozen worker whose claim never committed holds its jobs locked, out of every lease's reach:
     see `stalled_session_end.sql`), logging each at WARNING.
@@ -257,7 +257,7 @@ class Maintenance:
     Periodic runs follow the ticks. A failing step (database down) is logged and retried with
     backoff; it never ends the loop, except NotMigrated, which is raised. A step the database refuses
     to the worker's role (InsufficientPrivilege) is logged once and not run again by this worker. `metrics`
-    counts rescues. `stalled_after`: see `Rescuer` (a worker passes its lease).
+    counts rescues. `stalled_after`: see `Rescuer` (a worker passes half its lease).
     """
 
     def __init__(

@@ -77,7 +77,7 @@ _DAY = 86400.0
 
 PREFETCH_HORIZON: Final = 0.1
 """Adaptive prefetch holds about this many seconds of work (at the rate jobs start)."""
-PREFETCH_MAX: Final = 512
+PREFETCH_MAX: Final = 2048
 """Adaptive prefetch never holds more jobs than this (or than `concurrency`, when larger)."""
 HANDLER_HEAD_START: Final = 0.001
 """After a claim that emptied the queue, the jobs it started run this long (seconds) before the
@@ -98,8 +98,8 @@ class WorkerConfig:
     - `concurrency`: jobs run at once (also the size of the thread pool for sync handlers).
     - `lease`: lease of each attempt; renewed every lease/3 while the job runs. A job whose worker
       stops renewing is rescued about half a lease after its lease expires. Maintenance also ends
-      database sessions stuck this long writing the result of a pgq statement to a client that
-      stopped reading (see `pgq.maintenance.Rescuer`).
+      database sessions stuck for half a lease writing the result of a pgq statement to a client
+      that stopped reading (see `pgq.maintenance.Rescuer`).
     - `poll_interval`: fallback poll period (jittered ±20 %) when no notification arrives.
     - `drain_timeout`: at shutdown, how long running jobs may take to finish before being released.
     - `claimed_by`: the worker's name in `pgq.jobs.claimed_by` (default `<hostname>-<pid>`).
@@ -127,7 +127,7 @@ class WorkerConfig:
       other workers. A shutdown hands held jobs straight back.
     - `claims_in_flight`: claims that may run at once (each for the room free when it started; a
       second one only for a worthwhile batch). 1 makes claims strictly sequential. A claim starts at
-      once when a slot would otherwise idle, else when the prefetch buffer has half emptied.
+      once when a slot would otherwise idle, else when a quarter of the prefetch buffer is gone.
     - `metrics_port`: serve Prometheus metrics at http://metrics_host:metrics_port/metrics from a
       thread of their own (None: no server; 0: any free port, see `Worker.metrics_address`). See
       `pgq.metrics` for the metrics.
@@ -538,7 +538,7 @@ class Worker:
                 maintenance = Maintenance(self._queue, self.app.periodic_tasks,
                                           rescue_interval=cfg.effective_rescue_interval,
                                           retention=cfg.retention, retention_interval=cfg.retention_interval,
-                                          metrics=self.metrics, stalled_after=cfg.lease)
+                                          metrics=self.metrics, stalled_after=cfg.lease / 2)
                 background.append(self._spawn(maintenance.run(), "maintenance"))
             producer = self._spawn(self._produce(), "producer")
             background.append(producer)
@@ -749,15 +749,16 @@ class Worker:
             return False
         free = self._free_slots() - self._claiming
         backlog = len(self._inflight) - len(self._running) - len(self._held)  # finished, not acked
-        # Claim at once when a slot would otherwise sit idle; else only once the prefetch buffer has
-        # half emptied, so that claims stay big (one round trip for many jobs) instead of
-        # degenerating into one per finished job. A claim in flight already asks for every slot
-        # free when it started; another may overlap it (claims are bound by round trips, not by the
-        # database), but only for a worthwhile batch. (Claiming at a quarter gone, with up to 2048
-        # jobs held, drained faster, but made the chaos test's rescue of a frozen worker's jobs stall
-        # now and then: not understood yet, so not done.)
+        # Claim at once when a slot would otherwise sit idle; else once a quarter of the prefetch
+        # buffer is gone, so that claims stay big (one round trip for many jobs) instead of
+        # degenerating into one per finished job, while the three quarters left keep the handlers
+        # busy for longer than the claim takes (a claim costs the database about as much per job as
+        # a no-op job costs the worker: at half, the buffer often ran dry before the claim was
+        # back). A claim in flight already asks for every slot free when it started; another may
+        # overlap it (claims are bound by round trips, not by the database), but only for a
+        # worthwhile batch.
         idle = cfg.concurrency - len(self._running) - self._abandoned - len(self._held) - self._claiming
-        batch = max(1, self._prefetch // 2)
+        batch = max(1, self._prefetch // 4)
         wanted = (1 if idle > 0 else batch) if not self._claims else max(batch, cfg.concurrency // 4)
         if (free >= wanted and self._claims < cfg.claims_in_flight and now >= self._claim_pause_until
                 and backlog < self._max_backlog):

@@ -11,8 +11,9 @@
 -- statement_timeout (a cancel is not served while a result is being written) nor TCP keepalives
 -- (the frozen host's kernel answers them) ever ends such a session. Ending it rolls the statement
 -- back: the jobs are free at once, and the client, should it wake up, gets a connection error
--- and claims again. After `after_s` (the rescuing worker's lease), a committed attempt of that
--- client would have lost its lease anyway.
+-- and claims again. `after_s` is half the rescuing worker's lease, not more: a stuck claim may also
+-- hold rows of other workers' running jobs (see transaction_guard.sql), whose acknowledgements and
+-- heartbeats wait for it.
 --
 -- Only sessions this role may signal without an error: its own role's or those of roles whose
 -- privileges it has (or all with pg_signal_backend), never a superuser's unless it is one; and only

@@ -4,14 +4,16 @@ over the whole outcome."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import random
 import threading
 import time
+from collections.abc import Callable
 
 import psycopg
 import pytest
 
-from pgq import JobSpec, JobStatus, Queue
+from pgq import Claim, JobSpec, JobStatus, Queue, _ops
 
 from .conftest import SQL
 
@@ -163,3 +165,84 @@ def test_watermark_bumps_racing_with_runs_never_overlap_and_end_processed(pgq_ds
     assert rows[0]["status"] == JobStatus.SUCCEEDED.value
     [mark] = db("SELECT done_watermark FROM pgq.key_watermarks WHERE dedupe_key = 'doc'")
     assert mark["done_watermark"] == highest[0]
+
+
+def _hung_claim(dsn: str, release: threading.Event) -> tuple[threading.Thread, list[BaseException], list[int]]:
+    """A client that runs pgq's general claim (two queues: two statements in one transaction pgq
+    opens) and hangs before its COMMIT until `release` is set, on a connection of its own. Returns
+    its thread, the error it ended with (if any), and its backend pid."""
+    outcome: list[BaseException] = []
+    pid: list[int] = []
+    claim = _ops.claim(worker="hung", queues=["a", "b"], kinds=None, limit=5, lease=60)
+
+    def hung_steps() -> _ops.Steps[list[Claim]]:
+        claims = yield from claim.steps()
+        release.wait(60)  # the client hangs here: the transaction is open, the rows locked
+        return claims
+
+    def run() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            pid.append(conn.info.backend_pid)
+            try:
+                _ops.run_sync(conn, dataclasses.replace(claim, steps=hung_steps), own_transaction=True)
+            except BaseException as exc:  # reported to the test
+                outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, outcome, pid
+
+
+def test_a_transaction_pgq_opened_and_a_hung_client_left_idle_is_ended_freeing_its_rows(
+        pgq_dsn: str, db: SQL) -> None:
+    # Without the guard, the jobs stay locked (skipped by every other claim) for as long as the
+    # client hangs, and so would any other worker's running job whose new version the claim's
+    # FOR UPDATE locked before finding it no longer queued (see transaction_guard.sql).
+    with Queue(pgq_dsn) as queue:
+        ids = queue.enqueue_many([JobSpec("k", queue="ab"[n % 2]) for n in range(5)])
+        release = threading.Event()
+        thread, outcome, pid = _hung_claim(pgq_dsn, release)
+        try:
+            def idle_in_transaction() -> bool:
+                return bool(pid) and db("SELECT state FROM pg_stat_activity WHERE pid = %s",
+                                        (pid[0],)) == [{"state": "idle in transaction"}]
+
+            _wait(idle_in_transaction, 10, "the hung client's claim")
+            assert queue.claim(worker="other", queues=["a", "b"], limit=10) == []  # locked by the hung claim
+            started = time.monotonic()
+            claimed: list[Claim] = []
+
+            def claimed_all() -> bool:
+                claimed.extend(queue.claim(worker="other", queues=["a", "b"], limit=10))
+                return len(claimed) == 5
+
+            _wait(claimed_all, 20, "the jobs to be released by the server")
+            waited = time.monotonic() - started
+        finally:
+            release.set()
+            thread.join(30)
+    assert not thread.is_alive()
+    assert sorted(c.id for c in claimed) == sorted(ids) and {c.job.attempts for c in claimed} == {1}
+    assert 3.0 < waited < 15.0, waited  # about TRANSACTION_IDLE_LIMIT (5 s) after the hang began
+    # The hung client's COMMIT found its session ended.
+    assert len(outcome) == 1 and isinstance(outcome[0], psycopg.Error), outcome
+
+
+def test_the_transaction_guard_stays_inside_pgqs_own_transactions(pgq_dsn: str, db: SQL) -> None:
+    claim = _ops.claim(worker="w", queues=["a", "b"], kinds=None, limit=1, lease=60)
+    with psycopg.connect(pgq_dsn, autocommit=True) as conn:  # pgq opens (and ends) the transaction
+        _ops.run_sync(conn, claim, own_transaction=True)
+        assert conn.execute("SHOW idle_in_transaction_session_timeout").fetchone() == ("0",)
+    with psycopg.connect(pgq_dsn) as conn:  # the caller's transaction: pgq only adds a savepoint
+        conn.execute("SELECT 1")
+        _ops.run_sync(conn, claim, own_transaction=True)
+        assert conn.execute("SHOW idle_in_transaction_session_timeout").fetchone() == ("0",)
+        conn.rollback()
+
+
+def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)

@@ -1,0 +1,13 @@
+-- transaction_guard: the first statement of every transaction pgq opens itself (the general claim,
+-- maintenance runs), never of a caller's transaction. Its statements follow each other within
+-- milliseconds, so idling longer than `idle_limit` means the client hung between two of them: a
+-- paused or frozen process, an event loop blocked by a CPU-bound handler. Meanwhile the transaction
+-- keeps every row it locked, and a claim locks more than the jobs it takes: under READ COMMITTED,
+-- FOR UPDATE SKIP LOCKED that meets a row another worker claimed since the statement's snapshot
+-- locks the row's new version before finding it no longer queued, and keeps that lock. Other
+-- workers' acknowledgements and heartbeats of their own jobs would then wait for the hung claim, and
+-- rescue would skip those rows, for as long as the hang lasts (found by a stress test that freezes
+-- busy workers with SIGSTOP). Past `idle_limit` the server ends the session, which rolls the claim
+-- back; the client sees a connection error. SET LOCAL semantics (is_local = true): the setting ends
+-- with the transaction, so a pooled session (PgBouncer included) keeps its own.
+SELECT set_config('idle_in_transaction_session_timeout', %(idle_limit)s, true) AS idle_limit
