@@ -55,6 +55,8 @@ class Operation(Generic[T]):
     after a statement reached the server cannot do harm (reads, heartbeats, deduplicated enqueues).
     `then`: given this operation's result, an operation to run next on the same connection (in its
     own transaction) whose result replaces it, or None to stop there.
+    `bounds_idle`: its first statement already limits how long its transaction may idle
+    (maintenance_lock does), so the driver runs no `transaction_guard` before it.
     """
 
     name: str
@@ -62,6 +64,7 @@ class Operation(Generic[T]):
     transaction: bool = False
     retry_safe: bool = False
     then: Callable[[T], Operation[T] | None] | None = None
+    bounds_idle: bool = False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -505,10 +508,10 @@ TRANSACTION_IDLE_LIMIT = "5s"
 _GUARD_PARAMS = {"idle_limit": TRANSACTION_IDLE_LIMIT}
 
 
-def _opens_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], op: Operation[Any],
-                       own_transaction: bool) -> bool:
-    # Whether the driver begins a transaction of its own for `op` (not a savepoint in the caller's).
-    return op.transaction and own_transaction and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+def _needs_guard(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], op: Operation[Any]) -> bool:
+    # For an operation the driver runs in a transaction: whether that transaction is its own (not a
+    # savepoint in the caller's) and the operation does not bound its idle time itself.
+    return not op.bounds_idle and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
 
 def run_sync(conn: psycopg.Connection[Any], op: Operation[T], *, own_transaction: bool) -> T:
@@ -517,17 +520,16 @@ def run_sync(conn: psycopg.Connection[Any], op: Operation[T], *, own_transaction
 
     With `own_transaction`, an operation marked `transaction` runs inside `conn.transaction()`
     (a savepoint when the connection is already in a transaction). A transaction begun here first
-    runs `transaction_guard.sql`: the server ends the session if it then idles for more than
-    TRANSACTION_IDLE_LIMIT. Database errors are thrown into the operation, which may translate
-    them; whatever escapes is raised here.
+    runs `transaction_guard.sql` (unless the operation `bounds_idle` itself): the server ends the
+    session if it then idles for more than TRANSACTION_IDLE_LIMIT. Database errors are thrown into
+    the operation, which may translate them; whatever escapes is raised here.
     """
     current: Operation[T] | None = op
     result: T
     while current is not None:
-        guard = _opens_transaction(conn, current, own_transaction)
-        ctx: AbstractContextManager[Any] = (
-            conn.transaction() if current.transaction and own_transaction else nullcontext()
-        )
+        in_transaction = current.transaction and own_transaction
+        guard = in_transaction and _needs_guard(conn, current)
+        ctx: AbstractContextManager[Any] = conn.transaction() if in_transaction else nullcontext()
         with ctx, conn.cursor(row_factory=dict_row) as cur:
             _cursor_adapters(cur)
             if guard:
@@ -553,10 +555,9 @@ async def run_async(conn: psycopg.AsyncConnection[Any], op: Operation[T], *, own
     current: Operation[T] | None = op
     result: T
     while current is not None:
-        guard = _opens_transaction(conn, current, own_transaction)
-        ctx: AbstractAsyncContextManager[Any] = (
-            conn.transaction() if current.transaction and own_transaction else _anull()
-        )
+        in_transaction = current.transaction and own_transaction
+        guard = in_transaction and _needs_guard(conn, current)
+        ctx: AbstractAsyncContextManager[Any] = conn.transaction() if in_transaction else _anull()
         async with ctx, conn.cursor(row_factory=dict_row) as cur:
             _cursor_adapters(cur)
             if guard:
@@ -678,7 +679,7 @@ def rescue_as_leader(
         rows = yield Stmt("job_rescue", {"limit": limit})
         return LeaderRun(True, now, [(row["id"], row["status"], row["queue"], row["kind"]) for row in rows])
 
-    return Operation("job_rescue", steps, transaction=True)
+    return Operation("job_rescue", steps, transaction=True, bounds_idle=True)
 
 
 # pgq's statements that lock job (or limit) rows or hold a lock until they commit: a session stuck
@@ -723,7 +724,7 @@ def end_stalled_as_leader(lock_key: int, after_s: float) -> Operation[LeaderRun[
             StalledSession(r["pid"], r["application_name"], r["client"], r["statement"], r["stalled_s"])
             for r in rows if r["ended"]])
 
-    return Operation("stalled_session_end", steps, transaction=True)
+    return Operation("stalled_session_end", steps, transaction=True, bounds_idle=True)
 
 
 def purge_as_leader(lock_key: int, older_than_s: float, batch: int = PURGE_BATCH) -> Operation[LeaderRun[int]]:
@@ -737,7 +738,7 @@ def purge_as_leader(lock_key: int, older_than_s: float, batch: int = PURGE_BATCH
         deleted: int = yield Stmt("job_purge", {"older_than_s": older_than_s, "batch": batch}, fetch="rowcount")
         return LeaderRun(True, now, deleted)
 
-    return Operation("job_purge", steps, transaction=True, retry_safe=True)
+    return Operation("job_purge", steps, transaction=True, retry_safe=True, bounds_idle=True)
 
 
 def periodic_enqueue_as_leader(
@@ -765,4 +766,4 @@ def periodic_enqueue_as_leader(
         rows = yield Stmt("periodic_enqueue", params)
         return LeaderRun(True, now, [(row["id"], row["dedupe_key"]) for row in rows])
 
-    return Operation("periodic_enqueue", steps, transaction=True)
+    return Operation("periodic_enqueue", steps, transaction=True, bounds_idle=True)

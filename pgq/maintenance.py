@@ -97,25 +97,11 @@ class Rescuer:
         stays done).
         """
         ended: int | None = None
-        if self._stalled_after is not None:
-            try:
-                stalled = await self._queue._run(_ops.end_stalled_as_leader(RESCUE_LOCK_KEY, self._stalled_after))
-            except psycopg.errors.InsufficientPrivilege as exc:
-                # Never let this extra stop the rescue itself: say so once, and go on without it.
-                logger.warning("ending stalled sessions is disabled in this worker: %s; expired leases are "
-                               "still rescued", one_line(exc), extra={"event": "maintenance_refused",
-                                                                      "step": "stalled_session_end"})
-                self._stalled_after = None
-                return await self.run_once()
+        stalled = await self._end_stalled()
+        if stalled is not None:
             if stalled.value is None:
                 return StepResult(False)
             ended = len(stalled.value)
-            for s in stalled.value:
-                logger.warning(
-                    "ended database session %d (application %r, client %s): stuck %.1f s sending the result "
-                    "of %s to a client that stopped reading; the rows it held are free again",
-                    s.pid, s.application_name, s.client, s.stalled_s, s.statement,
-                    extra={"event": "stalled_session_end", "pid": s.pid, "statement": s.statement})
         requeued = failed = 0
         while True:
             run = await self._queue._run(_ops.rescue_as_leader(RESCUE_LOCK_KEY, self._batch))
@@ -138,6 +124,27 @@ class Rescuer:
         if ended is not None:
             counts["sessions_ended"] = ended
         return StepResult(True, counts)
+
+    async def _end_stalled(self) -> _ops.LeaderRun[list[_ops.StalledSession]] | None:
+        # The stalled-session step (None when off, or refused to this role: then said once and off,
+        # for this extra must never stop the rescue itself). Logs each session ended.
+        if self._stalled_after is None:
+            return None
+        try:
+            run = await self._queue._run(_ops.end_stalled_as_leader(RESCUE_LOCK_KEY, self._stalled_after))
+        except psycopg.errors.InsufficientPrivilege as exc:
+            logger.warning("ending stalled sessions is disabled in this worker: %s; expired leases are "
+                           "still rescued", one_line(exc), extra={"event": "maintenance_refused",
+                                                                  "step": "stalled_session_end"})
+            self._stalled_after = None
+            return None
+        for s in run.value or ():
+            logger.warning(
+                "ended database session %d (application %r, client %s): stuck %.1f s sending the result "
+                "of %s to a client that stopped reading; the rows it held are free again",
+                s.pid, s.application_name, s.client, s.stalled_s, s.statement,
+                extra={"event": "stalled_session_end", "pid": s.pid, "statement": s.statement})
+        return run
 
 
 class Retention:

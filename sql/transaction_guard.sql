@@ -1,5 +1,6 @@
--- transaction_guard: the first statement of every transaction pgq opens itself (the general claim,
--- maintenance runs), never of a caller's transaction. Its statements follow each other within
+-- transaction_guard: the first statement of every transaction pgq opens itself (the general claim),
+-- never of a caller's transaction; maintenance runs set the same limit in maintenance_lock, their
+-- first statement, and skip this one. Its statements follow each other within
 -- milliseconds, so idling longer than `idle_limit` means the client hung between two of them: a
 -- paused or frozen process, an event loop blocked by a CPU-bound handler. Meanwhile the transaction
 -- keeps every row it locked, and a claim locks more than the jobs it takes: under READ COMMITTED,

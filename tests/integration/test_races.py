@@ -8,13 +8,13 @@ import dataclasses
 import random
 import threading
 import time
-from collections.abc import Callable
 
 import psycopg
 import pytest
 
 from pgq import Claim, JobSpec, JobStatus, Queue, _ops
 
+from ..worker.conftest import wait_for
 from .conftest import SQL
 
 
@@ -207,7 +207,7 @@ def test_a_transaction_pgq_opened_and_a_hung_client_left_idle_is_ended_freeing_i
                 return bool(pid) and db("SELECT state FROM pg_stat_activity WHERE pid = %s",
                                         (pid[0],)) == [{"state": "idle in transaction"}]
 
-            _wait(idle_in_transaction, 10, "the hung client's claim")
+            wait_for(idle_in_transaction, 10, "the hung client's claim", interval=0.05)
             assert queue.claim(worker="other", queues=["a", "b"], limit=10) == []  # locked by the hung claim
             started = time.monotonic()
             claimed: list[Claim] = []
@@ -216,7 +216,7 @@ def test_a_transaction_pgq_opened_and_a_hung_client_left_idle_is_ended_freeing_i
                 claimed.extend(queue.claim(worker="other", queues=["a", "b"], limit=10))
                 return len(claimed) == 5
 
-            _wait(claimed_all, 20, "the jobs to be released by the server")
+            wait_for(claimed_all, 20, "the jobs to be released by the server", interval=0.05)
             waited = time.monotonic() - started
         finally:
             release.set()
@@ -239,10 +239,3 @@ def test_the_transaction_guard_stays_inside_pgqs_own_transactions(pgq_dsn: str, 
         assert conn.execute("SHOW idle_in_transaction_session_timeout").fetchone() == ("0",)
         conn.rollback()
 
-
-def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
