@@ -47,13 +47,12 @@ from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.rows import dict_row, tuple_row
+from psycopg.rows import dict_row
 
 from pgq import _ops, _sql, migrate
-from pgq.models import Claim, JobSpec, jobs_from_claim_rows
+from pgq.models import Claim, Job, JobSpec
 
 QUEUE = "churn"
-CLAIMED_BY = "churn-bench"
 PROBE_CLAIMS = 200
 
 
@@ -74,7 +73,7 @@ def pct(values: list[float], q: float) -> float:
 
 def claim_params(limit: int) -> dict[str, Any]:
     """Parameters of job_claim_fast for `limit` jobs of the bench queue."""
-    return {"queue": QUEUE, "kinds": None, "limit": limit, "lease_s": 300.0, "worker": CLAIMED_BY}
+    return {"queue": QUEUE, "kinds": None, "limit": limit, "lease_s": 300.0, "worker": "churn-bench"}
 
 
 def probe(conn: psycopg.Connection[Any]) -> list[float]:
@@ -261,15 +260,14 @@ def churn(conn: psycopg.Connection[Any], args: argparse.Namespace) -> None:
             specs = [JobSpec("churn.job", {"n": enqueued + i}, queue=QUEUE) for i in range(count)]
             _ops.run_sync(conn, _ops.enqueue(specs), own_transaction=True)
             enqueued += count
-        with conn.cursor(row_factory=tuple_row) as cur:
+        with conn.cursor() as cur:
             t0 = time.perf_counter()
             cur.execute(claim_sql, claim_params(args.claim_batch))
             rows = cur.fetchall()
             interval.batch.append(time.perf_counter() - t0)
         if not rows:
             raise SystemExit(f"claim returned nothing with {enqueued - done} jobs queued")
-        jobs = jobs_from_claim_rows(rows, claimed_by=CLAIMED_BY, lease_s=lease.total_seconds())
-        claims = [Claim(job=job, token=str(job.lease_token), lease=lease) for job in jobs]
+        claims = [Claim(job=job, token=str(job.lease_token), lease=lease) for job in map(Job.from_row, rows)]
         _ops.run_sync(conn, _ops.complete([(c, None, None) for c in claims], raise_lost=True),
                       own_transaction=True)
         done += len(claims)

@@ -25,16 +25,7 @@ from psycopg.rows import dict_row, tuple_row
 
 from . import _sql
 from .errors import CONSTRAINT_MESSAGES, InvalidJob, InvalidState, LeaseLost, NotFound, NotMigrated, PgqError
-from .models import (
-    STATUS_BY_VALUE,
-    Claim,
-    Job,
-    JobSpec,
-    JobStatus,
-    encode_json,
-    jobs_from_claim_rows,
-    positive_seconds,
-)
+from .models import STATUS_BY_VALUE, Claim, Job, JobSpec, JobStatus, encode_json, positive_seconds
 
 T = TypeVar("T")
 
@@ -171,8 +162,7 @@ def claim(
 
     def to_claims(rows: list[tuple[Any, ...]]) -> list[Claim]:
         # The statements return their rows in claim order (priority, run_at, id) already.
-        jobs = jobs_from_claim_rows(rows, claimed_by=worker, lease_s=lease_s)
-        return [Claim(job, job.lease_token or "", lease_td) for job in jobs]
+        return [Claim(job, job.lease_token or "", lease_td) for job in map(Job.from_tuple, rows)]
 
     def general(wanted: int) -> Steps[list[Claim]]:
         locked = yield Stmt("concurrency_limit_lock", {"kinds": kind_list})
@@ -216,31 +206,19 @@ def complete(
     """Finish attempts successfully: `(claim, result, watermark)` each; watermark None means the
     watermark the job had when claimed. Returns {job id: new status} for the attempts that still
     held their lease (succeeded, or queued for a dirty re-run). Attempts that lost their lease are
-    left unchanged; with `raise_lost` they raise LeaseLost (after the others were completed).
-    One statement: job_succeed when no item has a dedupe key or a watermark, else job_complete."""
-    watermarks = [c.job.input_watermark if w is None else w for c, _, w in items]
+    left unchanged; with `raise_lost` they raise LeaseLost (after the others were completed)."""
     params: dict[str, Any] = {
         "ids": [c.job.id for c, _, _ in items],
         "tokens": [c.token for c, _, _ in items],
         "results": [None if r is None else encode_json("result", r, None) for _, r, _ in items],
+        "watermarks": [c.job.input_watermark if w is None else w for c, _, w in items],
     }
-    # Without dedupe keys and watermarks (the common case) no watermark rule can apply: the simpler
-    # job_succeed does the same. A job's dedupe key never changes, and only an enqueue with that key
-    # raises its input_watermark, so what the claim read decides.
-    plain = all(w is None for w in watermarks) and all(c.job.dedupe_key is None for c, _, _ in items)
-    if not plain:
-        params["watermarks"] = watermarks
 
     def steps() -> Steps[dict[int, JobStatus]]:
         if not items:
             return {}
-        if plain:
-            rows = yield Stmt("job_succeed", params, fetch="tuples")  # (id,) each
-            done = dict.fromkeys((row[0] for row in rows), JobStatus.SUCCEEDED)
-        else:
-            rows = yield Stmt("job_complete", params, fetch="tuples")  # (id, status, woke) each
-            done = {row[0]: STATUS_BY_VALUE[row[1]] for row in rows}
-        return _check_lost("complete", params["ids"], done, raise_lost)
+        rows = yield Stmt("job_complete", params, fetch="tuples")  # (id, status, woke) each
+        return _check_lost("complete", params["ids"], {row[0]: STATUS_BY_VALUE[row[1]] for row in rows}, raise_lost)
 
     return Operation("job_complete", steps)
 
@@ -710,7 +688,7 @@ def rescue_as_leader(
 WRITING_STATEMENTS: tuple[str, ...] = (
     "concurrency_limit_delete", "concurrency_limit_lock", "concurrency_limit_set", "job_cancel", "job_claim",
     "job_claim_fast", "job_complete", "job_enqueue", "job_enqueue_one", "job_fail", "job_heartbeat",
-    "job_insert", "job_insert_one", "job_purge", "job_rescue", "job_retry", "job_snooze", "job_succeed",
+    "job_insert", "job_insert_one", "job_purge", "job_rescue", "job_retry", "job_snooze",
     "maintenance_lock", "periodic_enqueue",
 )
 READ_ONLY_STATEMENTS: tuple[str, ...] = (

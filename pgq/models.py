@@ -6,7 +6,7 @@ import datetime as dt
 import enum
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any, NoReturn
@@ -81,53 +81,27 @@ class Job:
         values["lease_token"] = None if token is None else str(token)
         return cls(**{name: values[name] for name in cls.__slots__})
 
+    @classmethod
+    def from_tuple(cls, row: tuple[Any, ...]) -> Job:
+        """Build a Job from every job column in table order (this class's field order), with
+        `status` and `lease_token` read as text: the claim's fast path, one call per claimed job.
+        Raises ValueError unless `row` has exactly one value per field.
+
+        Fills the slots directly: a frozen dataclass's __init__ sets each field through
+        object.__setattr__, three times as slow for twenty fields."""
+        if len(row) != _JOB_FIELD_COUNT:
+            raise ValueError(f"a job row has {_JOB_FIELD_COUNT} columns, got {len(row)}")
+        job = object.__new__(cls)
+        for set_field, value in zip(_JOB_SETTERS, row):  # noqa: B905 - the length is checked above
+            set_field(job, value)
+        _SET_JOB_STATUS(job, STATUS_BY_VALUE[row[5]])
+        return job
+
 
 _JOB_SETTER_BY_NAME: dict[str, Callable[[Job, Any], None]] = {f.name: getattr(Job, f.name).__set__ for f in fields(Job)}
-
-CLAIM_COLUMNS: tuple[str, ...] = (
-    "id", "queue", "kind", "payload", "priority", "run_at", "attempts", "max_attempts", "dedupe_key",
-    "lease_token", "last_error", "result", "input_watermark", "done_watermark", "created_at", "started_at",
-)
-"""The columns a claim statement returns, in this order (see sql/job_claim_fast.sql): every column of
-`pgq.jobs` but the four whose values the claim itself fixes."""
-_CLAIM_SETTERS = tuple(_JOB_SETTER_BY_NAME[name] for name in CLAIM_COLUMNS)
-_CLAIM_FIELD_COUNT = len(CLAIM_COLUMNS)
-_SET_STATUS = _JOB_SETTER_BY_NAME["status"]
-_SET_CLAIMED_BY = _JOB_SETTER_BY_NAME["claimed_by"]
-_SET_LEASE_EXPIRES_AT = _JOB_SETTER_BY_NAME["lease_expires_at"]
-_SET_FINISHED_AT = _JOB_SETTER_BY_NAME["finished_at"]
-_UTC = dt.UTC
-
-
-def jobs_from_claim_rows(rows: Sequence[tuple[Any, ...]], *, claimed_by: str, lease_s: float) -> list[Job]:
-    """Build the Jobs of one claim statement's rows (CLAIM_COLUMNS each, `lease_token` as text), made by
-    `claimed_by` with a lease of `lease_s` seconds: status running, not finished, and the lease
-    expiring at started_at + lease, as the statement set it (`now() + make_interval(secs => lease_s)`,
-    which rounds to the microsecond half to even, as `round` does). Raises ValueError unless every
-    row has one value per claim column. The claim's fast path: one call per claim, not per job.
-
-    Fills the slots directly: a frozen dataclass's __init__ sets each field through
-    object.__setattr__, three times as slow for twenty fields."""
-    lease = dt.timedelta(microseconds=round(lease_s * 1_000_000))
-    jobs: list[Job] = []
-    started: dt.datetime | None = None
-    expires: dt.datetime | None = None
-    for row in rows:
-        if len(row) != _CLAIM_FIELD_COUNT:
-            raise ValueError(f"a claimed row has {_CLAIM_FIELD_COUNT} columns, got {len(row)}")
-        job = object.__new__(Job)
-        for set_field, value in zip(_CLAIM_SETTERS, row):  # noqa: B905 - the length is checked above
-            set_field(job, value)
-        if row[-1] != started:  # every row of one statement has the same now(): computed once
-            started = row[-1]
-            # In UTC, then back: adding to a local time would move the wall clock across a DST change.
-            expires = None if started is None else (started.astimezone(_UTC) + lease).astimezone(started.tzinfo)
-        _SET_STATUS(job, JobStatus.RUNNING)
-        _SET_CLAIMED_BY(job, claimed_by)
-        _SET_LEASE_EXPIRES_AT(job, expires)
-        _SET_FINISHED_AT(job, None)
-        jobs.append(job)
-    return jobs
+_JOB_SETTERS = tuple(_JOB_SETTER_BY_NAME.values())
+_JOB_FIELD_COUNT = len(_JOB_SETTERS)
+_SET_JOB_STATUS = _JOB_SETTER_BY_NAME["status"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,15 +90,11 @@ claimed AS (
     -- id = ANY(ARRAY(...)) rather than a join: the planner then always updates through jobs_pkey,
     -- where a join with a large `limit` may pick a hash join over a scan of the whole table.
     WHERE j.id = ANY(ARRAY(SELECT p.id FROM picked p))
-    -- The columns of pgq.jobs in table order (pgq.models.CLAIM_COLUMNS), read as one tuple per row,
-    -- the token as text (the worker keeps it as str). Left out are the four whose values the claim
-    -- fixes: status ('running'), claimed_by (the worker), finished_at (NULL: CHECK
-    -- jobs_finished_at_iff_finished) and lease_expires_at (started_at + the lease, which the worker
-    -- computes once per claim). Each column returned costs decoding on every claimed row: these four
-    -- took a tenth of a claim's time, in the database and in the worker together.
-    RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
-              j.dedupe_key, j.lease_token::text, j.last_error, j.result,
-              j.input_watermark, j.done_watermark, j.created_at, j.started_at
+    -- Every column of pgq.jobs in table order (pgq.models.Job's field order), read as one tuple per
+    -- row; the token and status as text, which the worker keeps as str anyway.
+    RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.status::text, j.run_at, j.attempts, j.max_attempts,
+              j.dedupe_key, j.lease_token::text, j.lease_expires_at, j.claimed_by, j.last_error, j.result,
+              j.input_watermark, j.done_watermark, j.created_at, j.started_at, j.finished_at
 )
 -- In claim order, sorted here rather than by each worker: the worker starts them in this order.
 SELECT * FROM claimed c

@@ -7,10 +7,9 @@ import uuid
 
 import psycopg
 import pytest
-from psycopg.conninfo import make_conninfo
 
 from pgq import Claim, InvalidJob, InvalidState, LeaseLost, NotFound, Queue
-from pgq.models import Job, JobStatus
+from pgq.models import JobStatus
 
 from .conftest import SQL, expire_lease
 
@@ -29,49 +28,6 @@ def test_claim_starts_an_attempt_with_a_fresh_lease(pgq_queue: Queue, db: SQL) -
     rows = db("SELECT lease_expires_at - now() AS left_, started_at IS NOT NULL AS started FROM pgq.jobs "
               "WHERE status = 'running'")
     assert all(dt.timedelta(seconds=80) < r["left_"] <= dt.timedelta(seconds=90) and r["started"] for r in rows)
-
-
-@pytest.mark.parametrize("lease", [90.0, 0.1234567, 3.5e-6, 200 * 86400.0])
-def test_claimed_jobs_equal_their_rows_in_a_local_time_zone(pgq_dsn: str, lease: float) -> None:
-    # The claim leaves out the columns it fixes itself and the worker fills them in: every field must
-    # still equal the row as stored. In a time zone with daylight saving time, where a 200-day lease
-    # always crosses a change; 3.5 µs is a rounding tie (PostgreSQL and Python both round it to 4, to even).
-    with Queue(make_conninfo(pgq_dsn, options="-c TimeZone=America/New_York")) as queue:
-        queue.enqueue_many([{"kind": "k", "payload": {"n": n}} for n in range(3)])
-        claims = queue.claim(worker="host-7", limit=3, lease=lease)
-        assert len(claims) == 3
-        for claim in claims:
-            stored = queue.get(claim.id)
-            assert stored is not None
-            for name in Job.__slots__:
-                mine, theirs = getattr(claim.job, name), getattr(stored, name)
-                assert mine == theirs, name
-                if isinstance(mine, dt.datetime):
-                    assert mine.utcoffset() == theirs.utcoffset(), name
-            assert claim.job.status is JobStatus.RUNNING and claim.job.claimed_by == "host-7"
-            assert claim.job.finished_at is None and claim.token == stored.lease_token
-
-
-def test_complete_applies_watermark_rules_to_a_mixed_batch(pgq_queue: Queue) -> None:
-    # Jobs without dedupe keys or watermarks take the shorter statement (job_succeed); one job in the
-    # batch that has either sends the whole batch through job_complete's watermark rules.
-    plain = pgq_queue.enqueue("k")
-    marked = pgq_queue.enqueue("k", watermark=7)  # a watermark without a dedupe key
-    keyed = pgq_queue.enqueue("k", dedupe_key="doc:1", watermark=1)
-    claims = {c.id: c for c in pgq_queue.claim(worker="w", limit=3)}
-    assert pgq_queue.enqueue("k", dedupe_key="doc:1", watermark=2) == keyed  # arrives mid-run
-    done = pgq_queue.complete_many([(claims[plain], 1), (claims[marked], 2), (claims[keyed], 3)])
-    assert done == {plain: JobStatus.SUCCEEDED, marked: JobStatus.SUCCEEDED, keyed: JobStatus.QUEUED}
-    job = pgq_queue.get(marked)
-    assert job is not None and job.done_watermark == 7 and job.result == 2
-    # Alone, the plain job's path is the short one: same outcome, same fencing.
-    other = pgq_queue.enqueue("k")
-    [again] = [c for c in pgq_queue.claim(worker="w", limit=3) if c.id == other]
-    assert pgq_queue.complete_many([(_forged(again), None)]) == {}
-    assert pgq_queue.complete_many([(again, {"ok": True})]) == {other: JobStatus.SUCCEEDED}
-    job = pgq_queue.get(other)
-    assert job is not None and job.status is JobStatus.SUCCEEDED and job.result == {"ok": True}
-    assert job.lease_token is None and job.lease_expires_at is None and job.finished_at is not None
 
 
 def test_claim_filters_by_queue_and_kind(pgq_queue: Queue) -> None:
