@@ -280,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--prefetch", metavar="N", type=_int_range("prefetch", 0, 100_000),
         help="jobs claimed ahead of free slots and held (leased, heartbeated) until one frees: fewer, "
-        "bigger claims; 0 claims only for free slots (default: adaptive, about 0.1 s of work at the "
+        "bigger claims; 0 claims only for free slots (default: adaptive, about 0.25 s of work at the "
         "rate jobs start, between the concurrency and 2048)",
     )
     p.add_argument(

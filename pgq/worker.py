@@ -75,7 +75,7 @@ MAX_ERROR_CHARS: Final = 8000
 
 _DAY = 86400.0
 
-PREFETCH_HORIZON: Final = 0.1
+PREFETCH_HORIZON: Final = 0.25
 """Adaptive prefetch holds about this many seconds of work (at the rate jobs start)."""
 PREFETCH_MAX: Final = 2048
 """Adaptive prefetch never holds more jobs than this (or than `concurrency`, when larger)."""

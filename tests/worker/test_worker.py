@@ -600,7 +600,7 @@ def test_handler_defer_async_uses_the_worker_queue(pgq_dsn: str, db: DB) -> None
 
 
 def test_adaptive_prefetch_grows_for_fast_jobs(pgq_dsn: str, db: DB) -> None:
-    """By default a worker holds about 0.1 s of work: with a deep queue of instant jobs that is far
+    """By default a worker holds about 0.25 s of work: with a deep queue of instant jobs that is far
     more than its concurrency, so claims get big (few round trips per job)."""
     app = pgq.App(pgq_dsn)
 
@@ -620,7 +620,7 @@ def test_adaptive_prefetch_grows_for_fast_jobs(pgq_dsn: str, db: DB) -> None:
 
 
 def test_adaptive_prefetch_stays_small_for_slow_jobs(pgq_dsn: str, db: DB) -> None:
-    """Slow jobs start a few times a second: 0.1 s of them is less than the concurrency, so a worker
+    """Slow jobs start a few times a second: 0.25 s of them is less than the concurrency, so a worker
     holds at most twice its concurrency and leaves the rest of a shallow queue to other workers."""
     app = pgq.App(pgq_dsn)
 
