@@ -55,7 +55,7 @@ class Operation(Generic[T]):
     after a statement reached the server cannot do harm (reads, heartbeats, deduplicated enqueues).
     `then`: given this operation's result, an operation to run next on the same connection (in its
     own transaction) whose result replaces it, or None to stop there.
-    `bounds_idle`: its first statement already limits how long its transaction may idle
+    `bounds_idle`: its first statement already sets TRANSACTION_IDLE_LIMIT for its transaction
     (maintenance_lock does), so the driver runs no `transaction_guard` before it.
     """
 
@@ -661,7 +661,7 @@ class LeaderRun(Generic[T]):
 
 
 def _leader(lock_key: int) -> Steps[tuple[bool, dt.datetime]]:
-    rows = yield Stmt("maintenance_lock", {"key": lock_key})
+    rows = yield Stmt("maintenance_lock", {"key": lock_key, **_GUARD_PARAMS})
     return bool(rows[0]["leader"]), rows[0]["now"]
 
 

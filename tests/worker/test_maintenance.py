@@ -27,7 +27,7 @@ from pgq.metrics import Metrics
 
 from .conftest import DB, FrozenClient, async_wait_for, freeze_mid_claim, run_worker_until, wait_for
 
-MAINTENANCE_IDLE_LIMIT_S = 5  # idle_in_transaction_session_timeout set by sql/maintenance_lock.sql
+MAINTENANCE_IDLE_LIMIT_S = 5  # _ops.TRANSACTION_IDLE_LIMIT, which sql/maintenance_lock.sql sets
 
 # The listener's backend: its last statement is the LISTEN or the liveness ping (sql/listen.sql, ping.sql).
 LISTENER = ("datname = current_database() AND (query LIKE '%%LISTEN pgq%%' OR query LIKE '-- ping:%%') "
@@ -69,7 +69,8 @@ def test_a_leader_stalled_inside_its_run_loses_the_lock_and_another_worker_rescu
     # hangs: the lock statement bounds the idle time of its transaction (found by the chaos test).
     stalled = psycopg.connect(pgq_dsn)  # not autocommit: the lock statement opens the run's transaction
     try:
-        leader = stalled.execute(_sql.query("maintenance_lock"), {"key": RESCUE_LOCK_KEY}).fetchone()
+        leader = stalled.execute(_sql.query("maintenance_lock"),
+                                 {"key": RESCUE_LOCK_KEY, "idle_limit": _ops.TRANSACTION_IDLE_LIMIT}).fetchone()
         assert leader is not None and leader[0] is True  # ... and now this "worker" hangs
 
         async def main() -> None:
