@@ -138,7 +138,7 @@ class Queue:
         else:
             self._pool = ConnectionPool(
                 dsn_or_pool, min_size=min_size, max_size=max_size, timeout=timeout,
-                kwargs=pool_kwargs(pgbouncer), open=True, name="pgq",
+                kwargs=pool_kwargs(pgbouncer), open=True, name="pgq", configure=_ops.configure_connection,
             )
             self._owns_pool = True
         self._keeps_spare = self._owns_pool and self._pool.max_size > 1
@@ -407,6 +407,7 @@ class AsyncQueue:
             self._pool = AsyncConnectionPool(
                 dsn_or_pool, min_size=min_size, max_size=max_size, timeout=timeout,
                 kwargs=pool_kwargs(pgbouncer), open=False, name="pgq",
+                configure=_ops.configure_connection_async,
             )
             self._owns_pool = True
         self._keeps_spare = self._owns_pool and self._pool.max_size > 1

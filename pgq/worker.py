@@ -509,7 +509,7 @@ class Worker:
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             dsn, min_size=min(2, cfg.effective_pool_size), max_size=cfg.effective_pool_size,
             kwargs={**self.app.connect_kwargs, **pool_kwargs(pgbouncer)}, open=False,
-            name=f"pgq-worker-{cfg.claimed_by}", timeout=5.0,
+            name=f"pgq-worker-{cfg.claimed_by}", timeout=5.0, configure=_ops.configure_connection_async,
         )
         await pool.open()
         self._queue = AsyncQueue(pool)

@@ -160,3 +160,39 @@ def test_closing_returns_the_kept_connection(pgq_dsn: str) -> None:
         row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
                            "AND pid <> pg_backend_pid() AND backend_type = 'client backend'").fetchone()
     assert row == (0,)  # every connection of both queues is closed
+
+
+def test_own_pools_carry_the_jsonb_loader_and_a_callers_pool_is_left_as_it_was(pgq_dsn: str) -> None:
+    # pgq installs its jsonb loader on the connections of the pools it creates (so its statements skip
+    # the per-cursor set-up), never on a caller's: theirs decode jsonb as they configured them. Claims
+    # decode payloads the same either way.
+    from psycopg_pool import ConnectionPool
+
+    from pgq._ops import _JSONB_OID, _JsonbBinaryLoader
+
+    def loader(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> Any:
+        return conn.adapters.get_loader(_JSONB_OID, psycopg.pq.Format.BINARY)
+
+    with Queue(pgq_dsn, min_size=1, max_size=2) as q:
+        q.enqueue("k", {"a": [1, 2.5, None]}, queue="loaders")
+        with q.pool.connection() as conn:
+            assert loader(conn) is _JsonbBinaryLoader
+        [claim] = q.claim(worker="w", queues=["loaders"])
+        assert claim.job.payload == {"a": [1, 2.5, None]}
+    with ConnectionPool(pgq_dsn, min_size=1, max_size=1, kwargs={"autocommit": True}) as pool, Queue(pool) as q:
+        q.enqueue("k", {"b": "x"}, queue="loaders")
+        [claim] = q.claim(worker="w", queues=["loaders"])
+        assert claim.job.payload == {"b": "x"}
+        with pool.connection() as conn:
+            assert loader(conn) is not _JsonbBinaryLoader
+            assert conn.execute("SELECT '{\"c\": 1}'::jsonb", binary=True).fetchone() == ({"c": 1},)
+
+    async def main() -> None:
+        async with AsyncQueue(pgq_dsn, min_size=1, max_size=2) as aq:
+            await aq.enqueue("k", {"d": 4}, queue="loaders")
+            async with aq.pool.connection() as conn:
+                assert loader(conn) is _JsonbBinaryLoader
+            [claim] = await aq.claim(worker="w", queues=["loaders"])
+            assert claim.job.payload == {"d": 4}
+
+    asyncio.run(main())
