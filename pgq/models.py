@@ -122,7 +122,7 @@ class Claim:
         return self.job.id
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class JobSpec:
     """One job to enqueue: the arguments of `Queue.enqueue`, validated on construction.
 
@@ -142,6 +142,32 @@ class JobSpec:
     max_attempts: int | None = None
     payload_json: str = field(init=False, repr=False, compare=False)
 
+    def __init__(
+        self,
+        kind: str,
+        payload: JSON = None,
+        queue: str = "default",
+        priority: int = 0,
+        run_at: dt.datetime | None = None,
+        delay: dt.timedelta | float | None = None,
+        dedupe_key: str | None = None,
+        watermark: int | None = None,
+        max_attempts: int | None = None,
+    ) -> None:
+        # The __init__ dataclass would write for these fields, filling the slots directly: a frozen
+        # dataclass's own sets each one through object.__setattr__, which took a third of the time
+        # of building a spec (batch enqueues build thousands).
+        _SET_SPEC_KIND(self, kind)
+        _SET_SPEC_PAYLOAD(self, payload)
+        _SET_SPEC_QUEUE(self, queue)
+        _SET_SPEC_PRIORITY(self, priority)
+        _SET_SPEC_RUN_AT(self, run_at)
+        _SET_SPEC_DELAY(self, delay)
+        _SET_SPEC_DEDUPE_KEY(self, dedupe_key)
+        _SET_SPEC_WATERMARK(self, watermark)
+        _SET_SPEC_MAX_ATTEMPTS(self, max_attempts)
+        self.__post_init__()
+
     def __post_init__(self) -> None:
         kind, queue, priority = self.kind, self.queue, self.priority
         # The common job (plain str names, an int priority, no options) passes three cheap tests; batch
@@ -158,7 +184,7 @@ class JobSpec:
         if (self.run_at is not None or self.delay is not None or self.dedupe_key is not None
                 or self.watermark is not None or self.max_attempts is not None):
             self._check_options()
-        object.__setattr__(self, "payload_json", encode_json("payload", self.payload, {}))
+        _SET_SPEC_PAYLOAD_JSON(self, encode_json("payload", self.payload, {}))
 
     def _check_options(self) -> None:
         if self.dedupe_key is not None:
@@ -185,6 +211,16 @@ class JobSpec:
     def delay_s(self) -> float | None:
         """The delay in seconds, or None."""
         return None if self.delay is None else delay_seconds(self.delay)
+
+
+_SPEC_SETTERS: dict[str, Callable[[JobSpec, Any], None]] = {
+    f.name: getattr(JobSpec, f.name).__set__ for f in fields(JobSpec)
+}
+(_SET_SPEC_KIND, _SET_SPEC_PAYLOAD, _SET_SPEC_QUEUE, _SET_SPEC_PRIORITY, _SET_SPEC_RUN_AT, _SET_SPEC_DELAY,
+ _SET_SPEC_DEDUPE_KEY, _SET_SPEC_WATERMARK, _SET_SPEC_MAX_ATTEMPTS, _SET_SPEC_PAYLOAD_JSON) = (
+    _SPEC_SETTERS[name] for name in ("kind", "payload", "queue", "priority", "run_at", "delay", "dedupe_key",
+                                     "watermark", "max_attempts", "payload_json")
+)
 
 
 def delay_seconds(value: dt.timedelta | float | int) -> float:

@@ -62,3 +62,26 @@ def test_payload_encoding_matches_json_dumps_and_rejects_what_jsonb_cannot_hold(
     looped.append(looped)
     with pytest.raises(InvalidJob, match="contains itself"):
         JobSpec("k", {"loop": looped})
+
+
+def test_jobspec_init_is_the_one_dataclass_would_write() -> None:
+    # JobSpec writes its __init__ by hand (to fill slots directly): same parameters, order and
+    # defaults as its init fields, every field set, and the same validation.
+    import dataclasses
+    import inspect
+
+    params = list(inspect.signature(JobSpec).parameters.values())
+    init_fields = [f for f in dataclasses.fields(JobSpec) if f.init]
+    assert [p.name for p in params] == [f.name for f in init_fields]
+    assert [p.default for p in params] == [
+        inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default for f in init_fields
+    ]
+    spec = JobSpec("k", {"a": 1}, "q", 5, None, 2.0, "key", 7, 3)
+    assert dataclasses.astuple(spec) == ("k", {"a": 1}, "q", 5, None, 2.0, "key", 7, 3, '{"a":1}')
+    assert dataclasses.replace(spec, priority=6).priority == 6
+    assert spec == JobSpec(kind="k", payload={"a": 1}, queue="q", priority=5, delay=2.0, dedupe_key="key",
+                           watermark=7, max_attempts=3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.kind = "other"  # type: ignore[misc]
+    with pytest.raises(InvalidJob, match="give run_at or delay"):
+        JobSpec("k", run_at=dt.datetime.now(dt.UTC), delay=1.0)
