@@ -608,6 +608,7 @@ class Worker:
         self._prefetch = cfg.concurrency if cfg.prefetch is None else cfg.prefetch
         self._rate_since = time.monotonic()  # adaptive prefetch: jobs started since then
         self._rate_started = 0
+        self._mean_run = 0.0  # adaptive prefetch: moving mean of a job's time in its slot (0: none yet)
         self._acking: set[int] = set()  # in a flush being sent right now
         self._uncertain: set[int] = set()  # in a flush whose outcome a connection error hid
         self._abandoned = 0  # sync handlers abandoned after a timeout, still holding their thread
@@ -840,7 +841,8 @@ class Worker:
 
     def _adapt_prefetch(self, now: float) -> None:
         """Adaptive prefetch (`prefetch=None`): hold about PREFETCH_HORIZON seconds of work, judged by
-        the rate jobs started at since the last look, never less than `concurrency` nor more than
+        the rate jobs started at since the last look (at most `concurrency` divided by the moving mean
+        of a job's time in its slot), never less than `concurrency` nor more than
         `max(concurrency, PREFETCH_MAX)`. Fast jobs get big claims (few round trips per job); slow
         jobs keep the buffer small, so that other workers are not starved of a shallow queue."""
         cfg = self.config
@@ -850,6 +852,15 @@ class Worker:
         started = self._counts["claimed"]
         rate = (started - self._rate_started) / elapsed
         self._rate_since, self._rate_started = now, started
+        if self._mean_run > 0:
+            # No more jobs can start per second than slots free up: concurrency / time in a slot. For
+            # slow jobs (that bound keeps the buffer under twice the concurrency) it caps the rate:
+            # a short window that caught a burst of starts, slots freed together, would otherwise
+            # pass for the rate and over-fetch a shallow queue. For fast jobs both figures are large
+            # and the bound, a noisier estimate of the same rate, would only shrink the claims.
+            bound = cfg.concurrency / self._mean_run
+            if bound * PREFETCH_HORIZON < 2 * cfg.concurrency:
+                rate = min(rate, bound)
         self._prefetch = max(cfg.concurrency, min(int(rate * PREFETCH_HORIZON), max(cfg.concurrency, PREFETCH_MAX)))
 
     def _fail_fatally(self, exc: BaseException) -> None:
@@ -990,8 +1001,11 @@ class Worker:
         job = run.claim.job
         if self._running.get(job.id) is run:
             del self._running[job.id]
+        seconds = time.monotonic() - run.started
+        if run.started:
+            self._mean_run = seconds if self._mean_run == 0 else self._mean_run + (seconds - self._mean_run) / 8
         self._slot_freed()
-        self._log_finish(job, outcome, time.monotonic() - run.started, error)
+        self._log_finish(job, outcome, seconds, error)
         if self._stopping.is_set():
             self._run_ended.set()
 
