@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Any
 
+import psycopg
 import pytest
 
 import pgq
@@ -729,3 +730,45 @@ def test_prefetched_jobs_wait_for_a_slot_and_go_back_at_shutdown(pgq_dsn: str, d
     assert db.status_counts() == {"succeeded": 2, "queued": 8}
     assert db.value("SELECT max(attempts) FROM pgq.jobs WHERE status = 'queued'") == 0
     assert worker.stats["released"] == 3
+
+
+def test_claims_pause_while_acknowledgements_cannot_get_through(pgq_dsn: str, db: DB) -> None:
+    """Finished jobs whose acknowledgement cannot be sent (here it waits for a lock) pile up only to a
+    bound: twice the prefetch buffer (at least ack_batch and twice the concurrency). Then the worker
+    claims nothing more until they are through, so it never runs off with the whole queue; once
+    through, every job has succeeded, each run exactly once."""
+    app = pgq.App(pgq_dsn)
+    runs: list[int] = []
+
+    @app.task
+    async def quick(i: int) -> None:
+        runs.append(i)
+
+    async def main() -> None:
+        async with pgq.AsyncQueue(pgq_dsn) as queue:
+            await queue.enqueue_many([pgq.JobSpec("quick", {"i": i}) for i in range(400)])
+            # Every acknowledgement statement writes to pgq.key_watermarks (for jobs with a dedupe key),
+            # so it waits for this lock; claims do not touch that table.
+            blocker = await psycopg.AsyncConnection.connect(pgq_dsn)
+            await blocker.execute("LOCK TABLE pgq.key_watermarks IN SHARE MODE")
+            worker = app.worker(concurrency=4, prefetch=20, ack_batch=10, lease=30, poll_interval=0.2)
+            runner = asyncio.create_task(worker.run_async())
+            try:
+                await async_wait_for(lambda: asyncio.sleep(0, len(runs) >= 40), 10, "40 jobs run")
+                await asyncio.sleep(1.0)
+                stalled = len(runs)
+                await asyncio.sleep(1.0)
+                assert len(runs) == stalled, "claims went on while nothing could be acknowledged"
+                # The bound is 2 x 20 = 40 finished jobs waiting; the last claim before it was reached
+                # added at most the 4 slots and 20 held jobs it had room for.
+                assert 40 <= stalled <= 40 + 4 + 20 - 1, stalled
+                assert db.status_counts() == {"running": stalled, "queued": 400 - stalled}
+            finally:
+                await blocker.close()  # releases the lock: the acknowledgements go through
+            await async_wait_for(lambda: all_finished(queue), 20, "every job to finish")
+            worker.stop()
+            await asyncio.wait_for(runner, 20)
+
+    asyncio.run(main())
+    assert db.status_counts() == {"succeeded": 400}
+    assert sorted(runs) == list(range(400))
