@@ -25,7 +25,7 @@ from psycopg.rows import dict_row, tuple_row
 
 from . import _sql
 from .errors import CONSTRAINT_MESSAGES, InvalidJob, InvalidState, LeaseLost, NotFound, NotMigrated, PgqError
-from .models import STATUS_BY_VALUE, Claim, Job, JobSpec, JobStatus, encode_json, positive_seconds
+from .models import STATUS_BY_VALUE, Claim, Job, JobSpec, JobStatus, claims_from_tuples, encode_json, positive_seconds
 
 T = TypeVar("T")
 
@@ -162,7 +162,7 @@ def claim(
 
     def to_claims(rows: list[tuple[Any, ...]]) -> list[Claim]:
         # The statements return their rows in claim order (priority, run_at, id) already.
-        return [Claim(job, job.lease_token or "", lease_td) for job in map(Job.from_tuple, rows)]
+        return claims_from_tuples(rows, lease_td)
 
     def general(wanted: int) -> Steps[list[Claim]]:
         locked = yield Stmt("concurrency_limit_lock", {"kinds": kind_list})

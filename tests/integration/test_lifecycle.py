@@ -30,6 +30,20 @@ def test_claim_starts_an_attempt_with_a_fresh_lease(pgq_queue: Queue, db: SQL) -
     assert all(dt.timedelta(seconds=80) < r["left_"] <= dt.timedelta(seconds=90) and r["started"] for r in rows)
 
 
+@pytest.mark.parametrize("queues", [["q1"], ["q1", "q2"], None], ids=["one-queue", "two-queues", "all-queues"])
+def test_claimed_jobs_equal_the_rows_read_back(pgq_queue: Queue, queues: list[str] | None) -> None:
+    # One queue takes the single-statement claim, several the general one; both read every column
+    # as a tuple (Job.from_tuple), and must give the Job that reading the row back gives.
+    pgq_queue.enqueue("a", {"n": [1, {"x": None}]}, queue="q1", priority=-2, dedupe_key="key-a", watermark=4,
+                      max_attempts=3)
+    pgq_queue.enqueue("b", "text", queue="q1")
+    claims = pgq_queue.claim(worker="host-2", queues=queues, limit=5, lease=30)
+    assert [c.job.kind for c in claims] == ["a", "b"]
+    for c in claims:
+        assert c.job == pgq_queue.get(c.job.id)
+        assert c.token == c.job.lease_token and c.lease == dt.timedelta(seconds=30)
+
+
 def test_claim_filters_by_queue_and_kind(pgq_queue: Queue) -> None:
     a = pgq_queue.enqueue("a", queue="q1")
     b = pgq_queue.enqueue("b", queue="q1")

@@ -85,3 +85,27 @@ def test_jobspec_init_is_the_one_dataclass_would_write() -> None:
         spec.kind = "other"  # type: ignore[misc]
     with pytest.raises(InvalidJob, match="give run_at or delay"):
         JobSpec("k", run_at=dt.datetime.now(dt.UTC), delay=1.0)
+
+
+def test_job_from_tuple_and_claims_from_tuples_fill_every_field_in_table_order() -> None:
+    # Both fill slots by hand, one named setter per field: each column must land in its own field.
+    import dataclasses
+
+    from pgq.models import Job, claims_from_tuples
+
+    at = [dt.datetime(2026, 1, 1, second=s, tzinfo=dt.UTC) for s in range(5)]
+    names = [f.name for f in dataclasses.fields(Job)]
+    row = (7, "q", "k", {"a": [1]}, -3, "running", at[0], 2, 5, "key", "tok", at[1], "w-1", "boom", {"r": 1},
+           11, 9, at[2], at[3], at[4])
+    expected = dict(zip(names, row, strict=True), status=JobStatus.RUNNING)
+    job = Job.from_tuple(row)
+    assert dataclasses.asdict(job) == expected
+    assert job.status is JobStatus.RUNNING
+    assert job == Job(**expected)
+    lease = dt.timedelta(seconds=30)
+    [claim, unleased] = claims_from_tuples([row, (*row[:10], None, *row[11:])], lease)
+    assert (claim.job, claim.token, claim.lease) == (job, "tok", lease)
+    assert unleased.token == ""
+    for bad in (row[:-1], (*row, None)):
+        with pytest.raises(ValueError):
+            Job.from_tuple(bad)
