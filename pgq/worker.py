@@ -143,7 +143,7 @@ class WorkerConfig:
     drain_timeout: float = 30.0
     claimed_by: str = field(default_factory=default_worker_name)
     listen: bool = True
-    ack_delay: float = 0.002
+    ack_delay: float = 0.005
     ack_batch: int = 1000
     maintenance: bool = True
     rescue_interval: float | None = None
