@@ -39,7 +39,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from .client import PGBOUNCER_KWARGS, AsyncQueue, Queue, check_pgbouncer_pool
 from .cron import Cron, CronError, Every, Schedule
 from .errors import InvalidJob, PgqError
-from .models import JSON, Claim, Job, JobSpec, delay_seconds
+from .models import JSON, Claim, Job, JobSpec, _slot_setters, delay_seconds
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -162,6 +162,18 @@ class JobContext:
         started = self.claim.job.started_at
         assert started is not None, "a claimed job always has started_at"
         return started + dt.timedelta(seconds=time.monotonic() - self.claimed_at)
+
+
+_SET_CONTEXT_CLAIM, _SET_CONTEXT_CLAIMED_AT = _slot_setters(JobContext).values()
+
+
+def _job_context(claim: Claim, claimed_at: float) -> JobContext:
+    """`JobContext(claim, claimed_at)`, its two slots filled directly rather than through the frozen
+    dataclass's __init__ (object.__setattr__ each): the worker builds one for every job it starts."""
+    context = object.__new__(JobContext)
+    _SET_CONTEXT_CLAIM(context, claim)
+    _SET_CONTEXT_CLAIMED_AT(context, claimed_at)
+    return context
 
 
 _current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar("pgq_current_job", default=None)

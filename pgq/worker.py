@@ -55,7 +55,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from . import _ops
-from .app import App, JobContext, PermanentFailure, Snooze, Task, _current
+from .app import App, PermanentFailure, Snooze, Task, _current, _job_context
 from .client import AsyncQueue, pool_kwargs
 from .errors import InvalidJob, NotMigrated, PgqError, one_line
 from .listener import Listener
@@ -824,7 +824,7 @@ class Worker:
             return
         now = time.monotonic()
         for claim in claims:
-            self._inflight[claim.id] = claim  # leased from now on: heartbeated, released at shutdown
+            self._inflight[claim.job.id] = claim  # leased from now on: heartbeated, released at shutdown
             self._held.append((claim, now))
         self._start_held()
         self._adapt_prefetch(now)
@@ -1030,7 +1030,7 @@ class Worker:
                 self._abandon(run, future)
                 raise _HandlerTimeout(task.timeout)
             return future.result()
-        token = _current.set(JobContext(run.claim, run.claimed_at))
+        token = _current.set(_job_context(run.claim, run.claimed_at))
         try:
             if task.timeout is None:
                 return await task.func(**kwargs)
@@ -1167,7 +1167,7 @@ class Worker:
 
     async def _send(self, batch: _Acks) -> _Acks:
         """Send a batch (one statement per kind of outcome); return what could not be sent."""
-        ids = [c.id for c in batch.claims()]
+        ids = [c.job.id for c in batch.claims()]
         self._acking.update(ids)
         unsent = _Acks()
         try:
@@ -1178,7 +1178,7 @@ class Worker:
                     unsent.completes = batch.completes
                 else:
                     for claim, _ in batch.completes:
-                        status = done.get(claim.id)
+                        status = done.get(claim.job.id)
                         if status is not None:
                             self._count("succeeded" if status == JobStatus.SUCCEEDED else "retried", claim.job)
                         self._settled(claim, status is not None, "complete")
@@ -1228,13 +1228,18 @@ class Worker:
                        extra={"event": "ack_retry"})
 
     def _settled(self, claim: Claim, ok: bool, operation: str) -> None:
-        if self._inflight.get(claim.id) is claim:
-            del self._inflight[claim.id]
-        uncertain = claim.id in self._uncertain
-        self._uncertain.discard(claim.id)
+        # Once per acknowledged job: the id read once (Claim.id is a property), the set of uncertain
+        # ids (almost always empty) only looked at when it holds any.
+        job = claim.job
+        job_id = job.id
+        if self._inflight.get(job_id) is claim:
+            del self._inflight[job_id]
+        uncertain = False
+        if self._uncertain:
+            uncertain = job_id in self._uncertain
+            self._uncertain.discard(job_id)
         if ok:
             return
-        job = claim.job
         if uncertain:  # an earlier try may have gone through before the connection failed
             logger.info("job %d %s: %s not applied: acknowledged before a connection error, or lease lost",
                         job.id, job.kind, operation, extra=_job_extra(job, "lease_lost"))
@@ -1346,7 +1351,7 @@ def _sync_call(task: Task, kwargs: dict[str, Any], run: _Running) -> Callable[[]
     """A sync handler's call, for a thread: in a copy of the current context in which
     `current_job()` is this run's job."""
     context = contextvars.copy_context()
-    context.run(_current.set, JobContext(run.claim, run.claimed_at))
+    context.run(_current.set, _job_context(run.claim, run.claimed_at))
     return functools.partial(context.run, task.func, **kwargs)
 
 

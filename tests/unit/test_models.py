@@ -109,3 +109,15 @@ def test_job_from_tuple_and_claims_from_tuples_fill_every_field_in_table_order()
     for bad in (row[:-1], (*row, None)):
         with pytest.raises(ValueError):
             Job.from_tuple(bad)
+
+
+def test_the_workers_job_context_equals_the_dataclass_built_one() -> None:
+    from pgq.app import JobContext, _job_context
+    from pgq.models import Claim, Job
+
+    job = Job(1, "q", "k", None, 0, JobStatus.RUNNING, dt.datetime(2026, 1, 1, tzinfo=dt.UTC), 1, 3, None, "t",
+              None, "w", None, None, None, None, dt.datetime(2026, 1, 1, tzinfo=dt.UTC), None, None)
+    claim = Claim(job, "t", dt.timedelta(seconds=5))
+    context = _job_context(claim, 12.5)
+    assert context == JobContext(claim, 12.5)
+    assert (context.claim, context.claimed_at) == (claim, 12.5)
