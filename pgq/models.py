@@ -155,8 +155,8 @@ def claims_from_tuples(rows: Iterable[tuple[Any, ...]], lease: dt.timedelta) -> 
 
     Fills each Claim's slots directly, as Job.from_tuple does: this runs once per claimed job, and
     the dataclass __init__ (three object.__setattr__ calls) was a third of the Claim's cost."""
-    new, set_job, set_token, set_lease, from_tuple = object.__new__, _SET_CLAIM_JOB, _SET_CLAIM_TOKEN, \
-        _SET_CLAIM_LEASE, Job.from_tuple
+    new, from_tuple = object.__new__, Job.from_tuple
+    set_job, set_token, set_lease = _SET_CLAIM_JOB, _SET_CLAIM_TOKEN, _SET_CLAIM_LEASE
     claims = []
     for row in rows:
         job = from_tuple(row)

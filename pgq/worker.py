@@ -110,9 +110,10 @@ class WorkerConfig:
       `pgbouncer`). Its connections then prepare no statements, and without `listen_dsn` the
       worker polls only (LISTEN needs a session of its own, which such a pooler does not keep).
     - `ack_delay`: longest wait before a finished job's acknowledgement is sent, to batch them.
-    - `ack_batch`: send at once when this many acknowledgements are pending. Claims pause while more
-      finished jobs await their acknowledgement than the larger of `ack_batch`, twice the
-      concurrency and twice the current prefetch buffer (see `Worker._ack_backlog_limit`).
+    - `ack_batch`: send at once when this many acknowledgements are pending. Claims pause once as
+      many finished jobs await their acknowledgement as the largest of `ack_batch`, twice the
+      concurrency and twice the current prefetch buffer: a worker whose acknowledgements do not get
+      through stops taking work, and a crash re-runs at most that many jobs that had finished.
     - `maintenance`: take part in maintenance (rescue, periodic enqueue, retention).
     - `rescue_interval`: seconds between rescue runs (default lease/2).
     - `retention`: finished jobs are deleted this long after finishing (None: kept forever).
