@@ -692,17 +692,19 @@ class Worker:
         """Jobs a claim may ask for: free slots plus free room in the prefetch buffer."""
         return self.config.concurrency + self._prefetch - len(self._running) - self._abandoned - len(self._held)
 
-    def _ack_backlog_limit(self) -> int:
-        """Finished jobs that may await their acknowledgement before claims pause: a worker whose
-        acknowledgements do not get through stops taking work it could not report, and a crash
-        re-runs at most this many jobs that had in fact finished.
+    def _acks_hold_claims(self) -> bool:
+        """Whether so many finished jobs await their acknowledgement that claims pause: a worker
+        whose acknowledgements do not get through stops taking work it could not report, and a
+        crash re-runs at most that many jobs that had in fact finished.
 
-        At least `ack_batch` and twice the concurrency, and otherwise two prefetch buffers: the
-        adaptive buffer holds about PREFETCH_HORIZON seconds of work, so this is about twice that.
-        A fixed bound of 1,000 paused claims of fast jobs for 8-11 % of a drain: one acknowledgement
-        statement of several hundred jobs in flight while the next thousand finished."""
+        The bound is at least `ack_batch` and twice the concurrency, and otherwise two prefetch
+        buffers: the adaptive buffer holds about PREFETCH_HORIZON seconds of work, so this is about
+        twice that. A fixed bound of 1,000 paused claims of fast jobs for 8-11 % of a drain: one
+        acknowledgement statement of several hundred jobs in flight while the next thousand
+        finished."""
         cfg = self.config
-        return max(2 * cfg.concurrency, cfg.ack_batch, 2 * self._prefetch)
+        finished = len(self._inflight) - len(self._running) - len(self._held)  # claimed, not held or running
+        return finished >= max(2 * cfg.concurrency, cfg.ack_batch, 2 * self._prefetch)
 
     def _slot_freed(self) -> None:
         self._start_held()
@@ -763,7 +765,6 @@ class Worker:
         if not self._ready or self._stopping.is_set():
             return False
         free = self._free_slots() - self._claiming
-        backlog = len(self._inflight) - len(self._running) - len(self._held)  # finished, not acked
         # Claim at once when a slot would otherwise sit idle; else once a quarter of the prefetch
         # buffer is gone, so that claims stay big (one round trip for many jobs) instead of
         # degenerating into one per finished job, while the three quarters left keep the handlers
@@ -776,7 +777,7 @@ class Worker:
         batch = max(1, self._prefetch // 4)
         wanted = (1 if idle > 0 else batch) if not self._claims else max(batch, cfg.concurrency // 4)
         if (free >= wanted and self._claims < cfg.claims_in_flight and now >= self._claim_pause_until
-                and backlog < self._ack_backlog_limit()):
+                and not self._acks_hold_claims()):
             self._claiming += free
             self._claims += 1
             task = asyncio.get_running_loop().create_task(self._claim(free))
@@ -1154,7 +1155,7 @@ class Worker:
             failures = 0
             if not self._ack_event.is_set():
                 self._acks_idle.set()
-                if len(self._inflight) - len(self._running) - len(self._held) < self._ack_backlog_limit():
+                if not self._acks_hold_claims():
                     self._slot_freed()  # claims may have waited for this backlog to clear
 
     async def _ack(self, op: _ops.Operation[AckT], items: Sequence[tuple[Any, ...]]) -> AckT | None:
