@@ -857,12 +857,19 @@ class Worker:
     def _adapt_prefetch(self, now: float) -> None:
         """Adaptive prefetch (`prefetch=None`): hold about PREFETCH_HORIZON seconds of work, judged by
         the rate jobs started at since the last look (at most `concurrency` divided by the moving mean
-        of a job's time in its slot), never less than `concurrency` nor more than
-        `max(concurrency, PREFETCH_MAX)`. Fast jobs get big claims (few round trips per job); slow
-        jobs keep the buffer small, so that other workers are not starved of a shallow queue."""
+        of a job's time in its slot; no growth before a job has left its slot), never less than
+        `concurrency` nor more than `max(concurrency, PREFETCH_MAX)`. Fast jobs get big claims (few
+        round trips per job); slow jobs keep the buffer small, so that other workers are not starved
+        of a shallow queue."""
         cfg = self.config
         elapsed = now - self._rate_since
         if cfg.prefetch is not None or elapsed < 0.05:
+            return
+        if self._mean_run == 0:
+            # No job has left its slot yet: the starts so far only filled empty slots, which says
+            # nothing of the rate slots free up at (a worker with 2 slots and 0.2 s jobs saw "33 jobs
+            # a second" 60 ms after starting and held 8). Stay at the floor until one has; fast jobs
+            # finish long before the first 50 ms window closes.
             return
         started = self._counts["claimed"]
         rate = (started - self._rate_started) / elapsed
