@@ -79,6 +79,10 @@ PREFETCH_HORIZON: Final = 0.25
 """Adaptive prefetch holds about this many seconds of work (at the rate jobs start)."""
 PREFETCH_MAX: Final = 2048
 """Adaptive prefetch never holds more jobs than this (or than `concurrency`, when larger)."""
+PREFETCH_FIRST_LOOK: Final = 4
+"""Adaptive prefetch takes its first look at the rate once the slots have been refilled this many
+times (counted from the first claim's jobs), or after 50 ms, whichever comes first; later looks come
+every 50 ms at most."""
 HANDLER_HEAD_START: Final = 0.001
 """After a claim that emptied the queue, the jobs it started run this long (seconds) before the
 worker asks when the next scheduled job is due."""
@@ -608,8 +612,9 @@ class Worker:
         self._inflight: dict[int, Claim] = {}  # claimed and not yet acknowledged (heartbeat these)
         self._held: collections.deque[tuple[Claim, float]] = collections.deque()  # prefetched, not started
         self._prefetch = cfg.concurrency if cfg.prefetch is None else cfg.prefetch
-        self._rate_since = time.monotonic()  # adaptive prefetch: jobs started since then
+        self._rate_since = 0.0  # adaptive prefetch: jobs started since then (0: no job started yet)
         self._rate_started = 0
+        self._rate_looked = False  # adaptive prefetch: the first look at the rate was taken
         self._mean_run = 0.0  # adaptive prefetch: moving mean of a job's time in its slot (0: none yet)
         self._acking: set[int] = set()  # in a flush being sent right now
         self._uncertain: set[int] = set()  # in a flush whose outcome a connection error hid
@@ -862,8 +867,21 @@ class Worker:
         round trips per job); slow jobs keep the buffer small, so that other workers are not starved
         of a shallow queue."""
         cfg = self.config
+        if cfg.prefetch is not None:
+            return
+        started = self._counts["claimed"]
+        if self._rate_since == 0.0:
+            # The first window opens once the first claim has filled the slots: the time to start up
+            # and connect is not part of the rate, nor are these starts (they fill empty slots).
+            if started:
+                self._rate_since, self._rate_started = now, started
+            return
         elapsed = now - self._rate_since
-        if cfg.prefetch is not None or elapsed < 0.05:
+        if elapsed < 0.05 and (self._rate_looked
+                               or started - self._rate_started < PREFETCH_FIRST_LOOK * cfg.concurrency):
+            # A look every 50 ms at most, or the rate of a short window is noise. The first look
+            # comes sooner, once the slots have been refilled a few times: until then a fast drain
+            # claims `concurrency` jobs per round trip, at a third of its rate once the buffer grew.
             return
         if self._mean_run == 0:
             # No job has left its slot yet: the starts so far only filled empty slots, which says
@@ -871,9 +889,8 @@ class Worker:
             # a second" 60 ms after starting and held 8). Stay at the floor until one has; fast jobs
             # finish long before the first 50 ms window closes.
             return
-        started = self._counts["claimed"]
         rate = (started - self._rate_started) / elapsed
-        self._rate_since, self._rate_started = now, started
+        self._rate_since, self._rate_started, self._rate_looked = now, started, True
         if self._mean_run > 0:
             # No more jobs can start per second than slots free up: concurrency / time in a slot. For
             # slow jobs (that bound keeps the buffer under twice the concurrency) it caps the rate:
