@@ -18,7 +18,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Self, TypeVar
 
 import psycopg
-import tenacity
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from . import _ops
@@ -52,12 +51,16 @@ def _lease_s(claim: Claim, lease: dt.timedelta | float | None) -> float:
 
 # Only operations marked retry_safe get here, after a first connection error: a connection error
 # after a statement reached the server leaves its outcome unknown, so the others raise at once.
-_RETRY_ARGS: dict[str, Any] = {
-    "retry": tenacity.retry_if_exception_type(psycopg.OperationalError),
-    "stop": tenacity.stop_after_attempt(4),
-    "wait": tenacity.wait_random_exponential(multiplier=0.1, max=2.0),
-    "reraise": True,
-}
+# tenacity is imported there, on the first failure: `import pgq` is a few milliseconds quicker.
+def _retry_args() -> dict[str, Any]:
+    import tenacity
+
+    return {
+        "retry": tenacity.retry_if_exception_type(psycopg.OperationalError),
+        "stop": tenacity.stop_after_attempt(4),
+        "wait": tenacity.wait_random_exponential(multiplier=0.1, max=2.0),
+        "reraise": True,
+    }
 
 
 # autocommit: a single-statement operation is its own transaction (one round trip); the operations
@@ -175,7 +178,9 @@ class Queue:
         except psycopg.OperationalError:
             if not op.retry_safe:
                 raise
-        for attempt in tenacity.Retrying(**_RETRY_ARGS):
+        import tenacity
+
+        for attempt in tenacity.Retrying(**_retry_args()):
             with attempt:
                 return self._run_pooled(op)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -448,7 +453,9 @@ class AsyncQueue:
         except psycopg.OperationalError:
             if not op.retry_safe:
                 raise
-        async for attempt in tenacity.AsyncRetrying(**_RETRY_ARGS):
+        import tenacity
+
+        async for attempt in tenacity.AsyncRetrying(**_retry_args()):
             with attempt:
                 return await self._run_pooled(op)
         raise AssertionError("unreachable")  # pragma: no cover

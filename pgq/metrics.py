@@ -38,13 +38,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
 
 from . import _ops
 from .errors import PgqError, one_line
+
+if TYPE_CHECKING:
+    from ._http import MetricsHTTPServer
 
 __all__ = ["CONTENT_TYPE", "DURATION_BUCKETS", "JOB_EVENTS", "BacklogReader", "Metrics", "MetricsServer"]
 
@@ -305,41 +307,6 @@ class BacklogReader:
             self._conn = None
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    timeout = 10  # seconds a client may take to send its request
-
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        if path == "/metrics":
-            srv = self.server
-            body = srv.metrics.render(srv.reader.read() if srv.reader is not None else None).encode()
-            self._reply(200, CONTENT_TYPE, body)
-        elif path == "/":
-            self._reply(200, "text/plain; charset=utf-8", b"pgq worker: metrics at /metrics\n")
-        else:
-            self._reply(404, "text/plain; charset=utf-8", b"not found: try /metrics\n")
-
-    def _reply(self, status: int, content_type: str, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        logger.debug("metrics: %s " + format, self.address_string(), *args)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], metrics: Metrics, reader: BacklogReader | None) -> None:
-        self.metrics = metrics
-        self.reader = reader
-        super().__init__(address, _Handler)
-
-
 class MetricsServer:
     """Serves `metrics` (and the database gauges of `reader`, if given) at http://host:port/metrics
     from a daemon thread. `start()` binds (port 0: a free port, see `address`) and raises PgqError
@@ -350,7 +317,7 @@ class MetricsServer:
         self._host = host
         self._port = port
         self._reader = reader
-        self._server: _Server | None = None
+        self._server: MetricsHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -363,8 +330,10 @@ class MetricsServer:
 
     def start(self) -> None:
         """Bind and start serving in a daemon thread. Raises PgqError when the address cannot be bound."""
+        from ._http import MetricsHTTPServer  # only a worker serving metrics pays for http.server
+
         try:
-            self._server = _Server((self._host, self._port), self._metrics, self._reader)
+            self._server = MetricsHTTPServer((self._host, self._port), self._metrics, self._reader)
         except OSError as exc:
             raise PgqError(f"cannot serve metrics on {self._host}:{self._port}: {exc.strerror or exc}") from None
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
