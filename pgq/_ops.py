@@ -500,16 +500,27 @@ class _JsonbBinaryLoader(Loader):
 _JSONB_OID = psycopg.postgres.types["jsonb"].oid
 
 
-def configure_connection(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
-    """Install pgq's loaders on a connection of a pool pgq creates and owns (never on a caller's
-    connection): its statements then skip the per-cursor set-up, a few microseconds each, and ten
-    times that when the process was idle (on the wake-up path of an idle worker)."""
+def configure_connection(conn: psycopg.Connection[Any]) -> None:
+    """Set up a new connection of a pool pgq creates and owns (never a caller's connection); the
+    pool's `configure` callback. Installs pgq's loaders, so that its statements skip the per-cursor
+    set-up (a few microseconds each, and ten times that when the process was idle: on the wake-up
+    path of an idle worker), and sets the session's time zone to UTC (sql/session_utc.sql says why:
+    datetimes pgq reads on its own connections are in UTC). Leaves no transaction open. Raises
+    psycopg errors of the statement (the pool then discards the connection and tries again)."""
     conn.adapters.register_loader("jsonb", _JsonbBinaryLoader)
+    if conn.info.parameter_status("TimeZone") != "UTC":
+        conn.execute(_sql.query("session_utc"))
+        if not conn.autocommit:
+            conn.commit()
 
 
 async def configure_connection_async(conn: psycopg.AsyncConnection[Any]) -> None:
-    """`configure_connection` as the `configure` callback of an AsyncConnectionPool."""
-    configure_connection(conn)
+    """`configure_connection` for a connection of an AsyncConnectionPool."""
+    conn.adapters.register_loader("jsonb", _JsonbBinaryLoader)
+    if conn.info.parameter_status("TimeZone") != "UTC":
+        await conn.execute(_sql.query("session_utc"))
+        if not conn.autocommit:
+            await conn.commit()
 
 
 def _cursor_adapters(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> None:
@@ -710,7 +721,7 @@ WRITING_STATEMENTS: tuple[str, ...] = (
 )
 READ_ONLY_STATEMENTS: tuple[str, ...] = (
     "job_get", "job_list", "job_next_run_at", "key_is_dirty", "listen", "ping", "queue_backlog",
-    "queue_exists", "queue_stats", "schema_check", "stalled_session_end", "transaction_guard",
+    "queue_exists", "queue_stats", "schema_check", "session_utc", "stalled_session_end", "transaction_guard",
 )
 
 

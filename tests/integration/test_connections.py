@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import threading
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from pgq import AsyncQueue, JobStatus, Queue
 
@@ -196,3 +198,35 @@ def test_own_pools_carry_the_jsonb_loader_and_a_callers_pool_is_left_as_it_was(p
             assert claim.job.payload == {"d": 4}
 
     asyncio.run(main())
+
+
+def test_own_connections_read_datetimes_in_utc_whatever_the_session_zone(pgq_dsn: str) -> None:
+    """pgq's own pools set the session's zone to UTC (sql/session_utc.sql): the datetimes they read
+    carry datetime.timezone.utc, the instants unchanged. A caller's connection keeps its own zone."""
+    rome = make_conninfo(pgq_dsn, options="-c TimeZone=Europe/Rome")
+    with psycopg.connect(rome, autocommit=True) as mine:
+        with Queue(rome) as q:
+            job_id = q.enqueue("k", {"i": 1})
+            [claim] = q.claim(worker="w", limit=1)
+            row = mine.execute("SELECT created_at, started_at FROM pgq.jobs WHERE id = %s", (job_id,)).fetchone()
+            assert row is not None
+            created, started = row
+            assert str(created.tzinfo) == "Europe/Rome"  # the caller's connection: its own zone
+            job = claim.job
+            assert job.created_at.tzinfo is dt.UTC and job.started_at is not None
+            assert job.started_at.tzinfo is dt.UTC and job.run_at.tzinfo is dt.UTC
+            assert (job.created_at, job.started_at) == (created, started)  # the same instants
+            got = q.get(job_id)
+            assert got is not None and got.lease_expires_at is not None
+            assert got.lease_expires_at.tzinfo is dt.UTC
+            # On the caller's connection, pgq changes nothing: its session keeps its zone.
+            q.enqueue("k", {"i": 2}, conn=mine)
+            assert mine.execute("SHOW TimeZone").fetchone() == ("Europe/Rome",)
+
+        async def via_async() -> dt.datetime:
+            async with AsyncQueue(rome) as aq:
+                [aclaim] = await aq.claim(worker="w", limit=1)
+                return aclaim.job.created_at
+
+        created_async = asyncio.run(via_async())
+        assert created_async.tzinfo is dt.UTC

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import datetime as dt
 import logging
 import os
 import subprocess
@@ -23,6 +24,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 from psycopg.rows import dict_row
 
 import pgq
@@ -100,6 +102,34 @@ def test_queue_without_pgbouncer_setting_fails_with_a_hint_and_with_it_works(bou
     finally:
         one.close()
         two.close()
+
+
+def test_the_utc_session_zone_stays_with_pgq_clients_on_a_shared_server_connection(bouncer: Bouncer) -> None:
+    """pgq's pools set TimeZone to UTC on their connections (sql/session_utc.sql). Through PgBouncer
+    that is session state on a server connection other clients get in turn: PgBouncer tracks
+    TimeZone per client and sets it again on each switch, so the other client keeps its own zone and
+    pgq's keep UTC, alternating on the one server connection of `single_dsn`."""
+    with psycopg.connect(bouncer.direct_dsn, autocommit=True) as direct:
+        database = sql.Identifier(direct.info.dbname)
+        # New sessions of this test's database (PgBouncer's server connections included) start in Rome.
+        direct.execute(sql.SQL("ALTER DATABASE {} SET TimeZone = 'Europe/Rome'").format(database))
+    try:
+        with Queue(bouncer.direct_dsn) as q:
+            job_id = q.enqueue("k", {"n": 1})
+        other = psycopg.connect(bouncer.single_dsn, autocommit=True, prepare_threshold=None)
+        try:
+            with Queue(bouncer.single_dsn, min_size=1, max_size=1, pgbouncer=True) as q:
+                for _ in range(10):
+                    job = q.get(job_id)
+                    assert job is not None and job.created_at.tzinfo is dt.UTC
+                    assert other.execute("SHOW TimeZone").fetchone() == ("Europe/Rome",)
+                    row = other.execute("SELECT created_at FROM pgq.jobs WHERE id = %s", (job_id,)).fetchone()
+                    assert row is not None and row[0] == job.created_at
+        finally:
+            other.close()
+    finally:
+        with psycopg.connect(bouncer.direct_dsn, autocommit=True) as direct:
+            direct.execute(sql.SQL("ALTER DATABASE {} RESET TimeZone").format(database))
 
 
 def test_queue_refuses_pgbouncer_with_a_pool_that_prepares(bouncer: Bouncer) -> None:
