@@ -49,10 +49,11 @@ def _lease_s(claim: Claim, lease: dt.timedelta | float | None) -> float:
     return positive_seconds("lease", claim.lease if lease is None else lease)
 
 
-# Only operations marked retry_safe get here, after a first connection error: a connection error
-# after a statement reached the server leaves its outcome unknown, so the others raise at once.
-# tenacity is imported there, on the first failure: `import pgq` is a few milliseconds quicker.
 def _retry_args() -> dict[str, Any]:
+    """tenacity's settings for retrying an operation after a connection error. Only operations
+    marked retry_safe get there, after a first failure: a connection error after a statement reached
+    the server leaves its outcome unknown, so the others raise at once. tenacity is imported then,
+    not with pgq (5 ms off `import pgq`)."""
     import tenacity
 
     return {

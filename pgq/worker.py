@@ -861,8 +861,9 @@ class Worker:
 
     def _adapt_prefetch(self, now: float) -> None:
         """Adaptive prefetch (`prefetch=None`): hold about PREFETCH_HORIZON seconds of work, judged by
-        the rate jobs started at since the last look (at most `concurrency` divided by the moving mean
-        of a job's time in its slot; no growth before a job has left its slot), never less than
+        the rate jobs started at since the last look (the first once the slots have been refilled
+        PREFETCH_FIRST_LOOK times, later ones every 50 ms; at most `concurrency` divided by the moving
+        mean of a job's time in its slot; no growth before a job has left its slot), never less than
         `concurrency` nor more than `max(concurrency, PREFETCH_MAX)`. Fast jobs get big claims (few
         round trips per job); slow jobs keep the buffer small, so that other workers are not starved
         of a shallow queue."""
