@@ -888,19 +888,18 @@ class Worker:
             # No job has left its slot yet: the starts so far only filled empty slots, which says
             # nothing of the rate slots free up at (a worker with 2 slots and 0.2 s jobs saw "33 jobs
             # a second" 60 ms after starting and held 8). Stay at the floor until one has; fast jobs
-            # finish long before the first 50 ms window closes.
+            # finish long before the first look is due.
             return
         rate = (started - self._rate_started) / elapsed
         self._rate_since, self._rate_started, self._rate_looked = now, started, True
-        if self._mean_run > 0:
-            # No more jobs can start per second than slots free up: concurrency / time in a slot. For
-            # slow jobs (that bound keeps the buffer under twice the concurrency) it caps the rate:
-            # a short window that caught a burst of starts, slots freed together, would otherwise
-            # pass for the rate and over-fetch a shallow queue. For fast jobs both figures are large
-            # and the bound, a noisier estimate of the same rate, would only shrink the claims.
-            bound = cfg.concurrency / self._mean_run
-            if bound * PREFETCH_HORIZON < 2 * cfg.concurrency:
-                rate = min(rate, bound)
+        # No more jobs can start per second than slots free up: concurrency / time in a slot. For
+        # slow jobs (that bound keeps the buffer under twice the concurrency) it caps the rate: a
+        # short window that caught a burst of starts, slots freed together, would otherwise pass for
+        # the rate and over-fetch a shallow queue. For fast jobs both figures are large and the
+        # bound, a noisier estimate of the same rate, would only shrink the claims.
+        bound = cfg.concurrency / self._mean_run
+        if bound * PREFETCH_HORIZON < 2 * cfg.concurrency:
+            rate = min(rate, bound)
         self._prefetch = max(cfg.concurrency, min(int(rate * PREFETCH_HORIZON), max(cfg.concurrency, PREFETCH_MAX)))
 
     def _fail_fatally(self, exc: BaseException) -> None:
