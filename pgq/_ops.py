@@ -55,8 +55,8 @@ class Operation(Generic[T]):
     after a statement reached the server cannot do harm (reads, heartbeats, deduplicated enqueues).
     `then`: given this operation's result, an operation to run next on the same connection (in its
     own transaction) whose result replaces it, or None to stop there.
-    `bounds_idle`: its first statement already sets TRANSACTION_IDLE_LIMIT for its transaction
-    (maintenance_lock does), so the driver runs no `transaction_guard` before it.
+    `guards_itself`: its first statement already applies `transaction_guard.sql`'s settings to its
+    transaction (maintenance_lock does), so the driver runs no `transaction_guard` before it.
     """
 
     name: str
@@ -64,7 +64,7 @@ class Operation(Generic[T]):
     transaction: bool = False
     retry_safe: bool = False
     then: Callable[[T], Operation[T] | None] | None = None
-    bounds_idle: bool = False
+    guards_itself: bool = False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -532,14 +532,16 @@ def _cursor_adapters(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> Non
 
 TRANSACTION_IDLE_LIMIT = "5s"
 """How long a transaction pgq opened itself may sit idle before the server ends its session (see
-`transaction_guard.sql`): its statements follow each other within milliseconds."""
+`transaction_guard.sql`, which also turns JIT compilation off in it): its statements follow each
+other within milliseconds."""
 _GUARD_PARAMS = {"idle_limit": TRANSACTION_IDLE_LIMIT}
 
 
 def _needs_guard(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], op: Operation[Any]) -> bool:
     # For an operation the driver runs in a transaction: whether that transaction is its own (not a
-    # savepoint in the caller's) and the operation does not bound its idle time itself.
-    return not op.bounds_idle and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    # savepoint in the caller's, whose settings are the caller's) and the operation does not apply
+    # the guard's settings itself.
+    return not op.guards_itself and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
 
 def run_sync(conn: psycopg.Connection[Any], op: Operation[T], *, own_transaction: bool) -> T:
@@ -548,9 +550,10 @@ def run_sync(conn: psycopg.Connection[Any], op: Operation[T], *, own_transaction
 
     With `own_transaction`, an operation marked `transaction` runs inside `conn.transaction()`
     (a savepoint when the connection is already in a transaction). A transaction begun here first
-    runs `transaction_guard.sql` (unless the operation `bounds_idle` itself): the server ends the
-    session if it then idles for more than TRANSACTION_IDLE_LIMIT. Database errors are thrown into
-    the operation, which may translate them; whatever escapes is raised here.
+    runs `transaction_guard.sql` (unless the operation `guards_itself`): the server ends the session
+    if it then idles for more than TRANSACTION_IDLE_LIMIT, and compiles none of its statements with
+    JIT. Both settings end with the transaction. Database errors are thrown into the operation, which
+    may translate them; whatever escapes is raised here.
     """
     current: Operation[T] | None = op
     result: T
@@ -707,7 +710,7 @@ def rescue_as_leader(
         rows = yield Stmt("job_rescue", {"limit": limit})
         return LeaderRun(True, now, [(row["id"], row["status"], row["queue"], row["kind"]) for row in rows])
 
-    return Operation("job_rescue", steps, transaction=True, bounds_idle=True)
+    return Operation("job_rescue", steps, transaction=True, guards_itself=True)
 
 
 # pgq's statements that lock job (or limit) rows or hold a lock until they commit: a session stuck
@@ -752,7 +755,7 @@ def end_stalled_as_leader(lock_key: int, after_s: float) -> Operation[LeaderRun[
             StalledSession(r["pid"], r["application_name"], r["client"], r["statement"], r["stalled_s"])
             for r in rows if r["ended"]])
 
-    return Operation("stalled_session_end", steps, transaction=True, bounds_idle=True)
+    return Operation("stalled_session_end", steps, transaction=True, guards_itself=True)
 
 
 def purge_as_leader(lock_key: int, older_than_s: float, batch: int = PURGE_BATCH) -> Operation[LeaderRun[int]]:
@@ -766,7 +769,7 @@ def purge_as_leader(lock_key: int, older_than_s: float, batch: int = PURGE_BATCH
         deleted: int = yield Stmt("job_purge", {"older_than_s": older_than_s, "batch": batch}, fetch="rowcount")
         return LeaderRun(True, now, deleted)
 
-    return Operation("job_purge", steps, transaction=True, retry_safe=True, bounds_idle=True)
+    return Operation("job_purge", steps, transaction=True, retry_safe=True, guards_itself=True)
 
 
 def periodic_enqueue_as_leader(
@@ -794,4 +797,4 @@ def periodic_enqueue_as_leader(
         rows = yield Stmt("periodic_enqueue", params)
         return LeaderRun(True, now, [(row["id"], row["dedupe_key"]) for row in rows])
 
-    return Operation("periodic_enqueue", steps, transaction=True, bounds_idle=True)
+    return Operation("periodic_enqueue", steps, transaction=True, guards_itself=True)

@@ -5,10 +5,12 @@
 -- A worker that hangs mid-run instead (a paused process, an event loop blocked by a CPU-bound
 -- handler) would keep it, and with it stop every other worker's rescue for as long as it hangs, the
 -- very case rescue exists for. So the run's transaction may sit idle at most `idle_limit` (its
--- statements follow each other within milliseconds; the same limit transaction_guard.sql sets, which
--- this statement stands in for, saving a round trip): past that the server ends the hung worker's
--- session, which releases the lock; the worker sees a connection error and tries again later. SET
--- LOCAL semantics (is_local = true): the setting ends with the transaction and never leaks into a
--- pooled session. Also returns the database clock, which the periodic step reads its ticks from.
+-- statements follow each other within milliseconds): past that the server ends the hung worker's
+-- session, which releases the lock; the worker sees a connection error and tries again later. This
+-- statement stands in for transaction_guard.sql, saving a round trip, so it applies the same settings
+-- (that file says why each): that idle limit, and no JIT compilation. SET LOCAL semantics
+-- (is_local = true): the settings end with the transaction and never leak into a pooled session.
+-- Also returns the database clock, which the periodic step reads its ticks from.
 SELECT pg_try_advisory_xact_lock(%(key)s::bigint) AS leader, now() AS now,
-       set_config('idle_in_transaction_session_timeout', %(idle_limit)s, true) AS idle_limit
+       set_config('idle_in_transaction_session_timeout', %(idle_limit)s, true) AS idle_limit,
+       set_config('jit', 'off', true) AS jit

@@ -1,7 +1,10 @@
 -- transaction_guard: the first statement of every transaction pgq opens itself (the general claim),
--- never of a caller's transaction; maintenance runs set the same limit in maintenance_lock, their
--- first statement, and skip this one. Its statements follow each other within
--- milliseconds, so idling longer than `idle_limit` means the client hung between two of them: a
+-- never of a caller's transaction; maintenance runs apply the same settings in maintenance_lock, their
+-- first statement, and skip this one. SET LOCAL semantics (is_local = true) for both: a setting ends
+-- with the transaction, so a pooled session (PgBouncer included) keeps its own.
+--
+-- idle_in_transaction_session_timeout = `idle_limit`. The statements of such a transaction follow
+-- each other within milliseconds, so idling longer means the client hung between two of them: a
 -- paused or frozen process, an event loop blocked by a CPU-bound handler. Meanwhile the transaction
 -- keeps every row it locked, and a claim locks more than the jobs it takes: under READ COMMITTED,
 -- FOR UPDATE SKIP LOCKED that meets a row another worker claimed since the statement's snapshot
@@ -9,6 +12,16 @@
 -- workers' acknowledgements and heartbeats of their own jobs would then wait for the hung claim, and
 -- rescue would skip those rows, for as long as the hang lasts (found by a stress test that freezes
 -- busy workers with SIGSTOP). Past `idle_limit` the server ends the session, which rolls the claim
--- back; the client sees a connection error. SET LOCAL semantics (is_local = true): the setting ends
--- with the transaction, so a pooled session (PgBouncer included) keeps its own.
-SELECT set_config('idle_in_transaction_session_timeout', %(idle_limit)s, true) AS idle_limit
+-- back; the client sees a connection error.
+--
+-- jit = off. The general claim's plan is costed as if each queue's LIMIT with a computed bound
+-- (`least(k.free, limit)`, the concurrency-limited branch) returned a tenth of that queue's backlog,
+-- and as if a queue list it has to find itself held 100 queues: with 300,000 jobs queued over three
+-- queues its estimate was 342,000 for a claim of 16 and 1.2 million for one of 512, over the
+-- thresholds at which a server with JIT compiles a statement with LLVM (jit_above_cost 100,000; the
+-- inlining and optimizing ones 500,000: the defaults). It did so on every claim: 21.6 ms for a claim
+-- of 16 that runs in 2.6, 302.5 ms for one of 512 that runs in 19.1 (bench/backlog_claim.py), and a
+-- worker for all queues finished about 120 jobs/s instead of about 30,000. pgq's statements are
+-- short OLTP statements that compilation can never pay back.
+SELECT set_config('idle_in_transaction_session_timeout', %(idle_limit)s, true) AS idle_limit,
+       set_config('jit', 'off', true) AS jit

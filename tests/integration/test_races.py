@@ -230,12 +230,22 @@ def test_a_transaction_pgq_opened_and_a_hung_client_left_idle_is_ended_freeing_i
 
 def test_the_transaction_guard_stays_inside_pgqs_own_transactions(pgq_dsn: str, db: SQL) -> None:
     claim = _ops.claim(worker="w", queues=["a", "b"], kinds=None, limit=1, lease=60)
+    settings = "SELECT current_setting('idle_in_transaction_session_timeout'), current_setting('jit')"
+    inside: list[tuple[str, str] | None] = []
     with psycopg.connect(pgq_dsn, autocommit=True) as conn:  # pgq opens (and ends) the transaction
-        _ops.run_sync(conn, claim, own_transaction=True)
-        assert conn.execute("SHOW idle_in_transaction_session_timeout").fetchone() == ("0",)
+        conn.execute("SET jit = on")
+
+        def probed() -> _ops.Steps[list[Claim]]:
+            claims = yield from claim.steps()
+            inside.append(conn.execute(settings).fetchone())  # still in pgq's transaction
+            return claims
+
+        _ops.run_sync(conn, dataclasses.replace(claim, steps=probed), own_transaction=True)
+        assert inside == [("5s", "off")]
+        assert conn.execute(settings).fetchone() == ("0", "on")
     with psycopg.connect(pgq_dsn) as conn:  # the caller's transaction: pgq only adds a savepoint
-        conn.execute("SELECT 1")
+        conn.execute("SET jit = on")
         _ops.run_sync(conn, claim, own_transaction=True)
-        assert conn.execute("SHOW idle_in_transaction_session_timeout").fetchone() == ("0",)
+        assert conn.execute(settings).fetchone() == ("0", "on")
         conn.rollback()
 

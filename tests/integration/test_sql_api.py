@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgq import JobSpec, JobStatus, Queue
+from pgq import JobSpec, JobStatus, Queue, _ops
 
 from .conftest import SQL, expire_lease
 
@@ -147,6 +147,59 @@ def test_acknowledgements_probe_the_primary_key_not_the_running_index(
     assert "jobs_pkey" in plan, plan
     assert "jobs_running_idx" not in plan, plan
     assert "Seq Scan on jobs" not in plan, plan
+
+
+def _log_plans(conn: psycopg.Connection[Any]) -> list[str]:
+    """Make the session compile every statement with JIT (thresholds 0) and send each statement's plan
+    to the client (auto_explain at LOG, which the client then receives as a notice); return the list
+    the plans arrive in. Skips when the server has no JIT or auto_explain may not be loaded."""
+    if conn.execute("SELECT pg_jit_available()").fetchone() != (True,):
+        pytest.skip("this server has no JIT (built without LLVM, as the embedded one is)")
+    try:
+        conn.execute("LOAD 'auto_explain'")
+    except psycopg.Error as exc:
+        pytest.skip(f"auto_explain cannot be loaded here: {exc}")
+    for setting in ("jit = on", "jit_above_cost = 0", "jit_inline_above_cost = 0", "jit_optimize_above_cost = 0",
+                    "auto_explain.log_min_duration = 0", "client_min_messages = log"):
+        conn.execute(f"SET {setting}".encode())
+    plans: list[str] = []
+    conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
+    return plans
+
+
+def _plans_of(plans: list[str], name: str) -> list[str]:
+    return [p for p in plans if f"Query Text: -- {name}:" in p]
+
+
+def test_pgqs_own_transactions_compile_nothing_with_jit(pgq_queue: Queue, pgq_dsn: str) -> None:
+    """The general claim's estimated cost grows with the backlog (transaction_guard.sql says why):
+    with 300,000 queued jobs it passed the thresholds at which a server with JIT compiles a statement,
+    and each claim of a worker for all queues spent about 250 ms compiling a plan that runs in 2 ms.
+    Here the session compiles every statement it runs, as such a server compiles such a claim. The
+    statements pgq runs in transactions of its own (a claim for all queues, another with a
+    concurrency limit, a maintenance run) must show no JIT in their plans; the same statement run
+    outside them shows it, so the check sees JIT where there is any."""
+    from pgq import _sql
+
+    pgq_queue.set_concurrency_limit("limited", 2)
+    pgq_queue.enqueue_many([JobSpec(kind, queue=q) for kind in ("k", "limited") for q in ("a", "b")])
+    with psycopg.connect(pgq_dsn, autocommit=True) as conn:
+        plans = _log_plans(conn)
+        claim_all = _ops.claim(worker="w", queues=None, kinds=None, limit=16, lease=60)
+        claimed = _ops.run_sync(conn, claim_all, own_transaction=True)
+        assert sorted(c.job.kind for c in claimed) == ["k", "k", "limited", "limited"]
+        _ops.run_sync(conn, _ops.rescue_as_leader(1), own_transaction=True)
+        # Every statement after the first, which applies the setting (it is planned before it runs).
+        own = _plans_of(plans, "concurrency_limit_lock") + _plans_of(plans, "job_claim") + \
+            _plans_of(plans, "job_rescue")
+        assert len(own) == 3 and not [p for p in own if "JIT:" in p], own
+        plans.clear()
+        params = {"queues": None, "kinds": None, "limit": 16, "lease_s": 60.0, "worker": "w",
+                  "limited_kinds": [], "limited_max": []}
+        with conn.transaction():  # the caller's transaction: its settings, not pgq's
+            conn.execute(_sql.query("job_claim"), params)
+        [outside] = _plans_of(plans, "job_claim")
+        assert "JIT:" in outside, outside
 
 
 def test_released_jobs_wake_workers_but_snoozed_ones_do_not(pgq_queue: Queue, pgq_dsn: str) -> None:
