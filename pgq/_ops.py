@@ -485,8 +485,12 @@ class _JsonbBinaryLoader(Loader):
     which a claim pays once per job). The same values as `json.loads`, and its errors."""
 
     format = Format.BINARY
+    decoded_bytes = 0
+    """Bytes of jsonb this process has decoded so far, all connections together (see
+    `jsonb_bytes_decoded`)."""
 
     def load(self, data: Buffer) -> Any:
+        _JsonbBinaryLoader.decoded_bytes += len(data)
         if not data or data[0] != 1:
             raise psycopg.DataError(f"unknown jsonb binary format: {data[0] if data else 'empty'}")
         text = str(memoryview(data)[1:], "utf-8")
@@ -498,6 +502,14 @@ class _JsonbBinaryLoader(Loader):
 
 
 _JSONB_OID = psycopg.postgres.types["jsonb"].oid
+
+
+def jsonb_bytes_decoded() -> int:
+    """How many bytes of jsonb values (payloads, results) pgq's loader has decoded in this process so
+    far, on every connection it is installed on. A worker reads it before and after a claim to learn
+    how big its jobs' payloads are; other decoding meanwhile (a concurrent claim, a handler reading
+    jobs) only makes that figure larger. Locks nothing."""
+    return _JsonbBinaryLoader.decoded_bytes
 
 
 def configure_connection(conn: psycopg.Connection[Any]) -> None:

@@ -281,7 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--prefetch", metavar="N", type=_int_range("prefetch", 0, 100_000),
         help="jobs claimed ahead of free slots and held (leased, heartbeated) until one frees: fewer, "
         "bigger claims; 0 claims only for free slots (default: adaptive, about 0.25 s of work at the "
-        "rate jobs start, between the concurrency and 2048)",
+        "rate jobs start, between the concurrency and 2048 jobs, and no more than 32 MiB of payload at "
+        "the size claims bring)",
     )
     p.add_argument(
         "--lease", metavar="SECONDS", type=_seconds("lease", positive=True),

@@ -79,6 +79,10 @@ PREFETCH_HORIZON: Final = 0.25
 """Adaptive prefetch holds about this many seconds of work (at the rate jobs start)."""
 PREFETCH_MAX: Final = 2048
 """Adaptive prefetch never holds more jobs than this (or than `concurrency`, when larger)."""
+PREFETCH_MAX_BYTES: Final = 32 * 1024 * 1024
+"""Nor more jobs than make this many bytes of payload, at the moving mean of the payload sizes its
+claims brought (or than `concurrency`, when larger): big payloads would otherwise fill the worker's
+memory (2048 jobs of 1 MB, the largest payload accepted, are 2 GB before they are even parsed)."""
 PREFETCH_FIRST_LOOK: Final = 4
 """Adaptive prefetch takes its first look at the rate once the slots have been refilled this many
 times (counted from the first claim's jobs), or after 50 ms, whichever comes first; later looks come
@@ -129,9 +133,10 @@ class WorkerConfig:
       the database does not answer (jobs not acknowledged are rescued after their lease).
     - `prefetch`: jobs claimed beyond the free slots and held, leased and heartbeated, until a slot
       frees; 0 claims only for free slots. Default (None): adaptive, about PREFETCH_HORIZON seconds
-      of work at the rate jobs start, at least `concurrency` and at most PREFETCH_MAX: fast jobs get
-      big claims (few round trips per job), slow ones a small buffer that leaves a shallow queue to
-      other workers. A shutdown hands held jobs straight back.
+      of work at the rate jobs start, at least `concurrency` and at most PREFETCH_MAX jobs and
+      PREFETCH_MAX_BYTES of payload: fast jobs get big claims (few round trips per job), slow ones a
+      small buffer that leaves a shallow queue to other workers, big payloads one that fits in memory.
+      A fixed `prefetch` is taken as given. A shutdown hands held jobs straight back.
     - `claims_in_flight`: claims that may run at once (each for the room free when it started; a
       second one only for a worthwhile batch). 1 makes claims strictly sequential. A claim starts at
       once when a slot would otherwise idle, else when a quarter of the prefetch buffer is gone.
@@ -616,6 +621,7 @@ class Worker:
         self._rate_started = 0
         self._rate_looked = False  # adaptive prefetch: the first look at the rate was taken
         self._mean_run = 0.0  # adaptive prefetch: moving mean of a job's time in its slot (0: none yet)
+        self._mean_bytes = 0.0  # adaptive prefetch: moving mean of a claimed job's payload bytes (0: none yet)
         self._acking: set[int] = set()  # in a flush being sent right now
         self._uncertain: set[int] = set()  # in a flush whose outcome a connection error hid
         self._abandoned = 0  # sync handlers abandoned after a timeout, still holding their thread
@@ -795,6 +801,7 @@ class Worker:
         """One claim of up to `limit` jobs (the slots reserved for it); starts the jobs it gets."""
         cfg = self.config
         generation = self._ready_gen
+        decoded = _ops.jsonb_bytes_decoded()
         try:
             claims = await self._queue._run(_ops.claim(
                 worker=cfg.claimed_by, queues=self._queues, kinds=None, limit=limit, lease=cfg.lease))
@@ -824,6 +831,10 @@ class Worker:
             self._claim_failures = 0
         if claims:
             self._unclaimable = 0
+            # Payload bytes per job of this claim (more if other decoding happened meanwhile: a claim
+            # overlapping it, a handler reading jobs; the buffer then only gets smaller).
+            size = (_ops.jsonb_bytes_decoded() - decoded) / len(claims)
+            self._mean_bytes = size if self._mean_bytes == 0 else self._mean_bytes + 0.25 * (size - self._mean_bytes)
         if self._stopping.is_set():  # claimed while shutting down: hand them straight back
             for claim in claims:
                 self._inflight[claim.id] = claim
@@ -864,12 +875,17 @@ class Worker:
         the rate jobs started at since the last look (the first once the slots have been refilled
         PREFETCH_FIRST_LOOK times, later ones every 50 ms; at most `concurrency` divided by the moving
         mean of a job's time in its slot; no growth before a job has left its slot), never less than
-        `concurrency` nor more than `max(concurrency, PREFETCH_MAX)`. Fast jobs get big claims (few
+        `concurrency` nor more than `max(concurrency, PREFETCH_MAX)`, and no more jobs than
+        PREFETCH_MAX_BYTES of payload at the mean size claims brought (applied at every claim, not only
+        at a look: a switch to big payloads shrinks the buffer at once). Fast jobs get big claims (few
         round trips per job); slow jobs keep the buffer small, so that other workers are not starved
-        of a shallow queue."""
+        of a shallow queue; big payloads keep it small enough for the worker's memory."""
         cfg = self.config
         if cfg.prefetch is not None:
             return
+        most = max(cfg.concurrency, min(PREFETCH_MAX, int(PREFETCH_MAX_BYTES / self._mean_bytes)
+                                        if self._mean_bytes > 0 else PREFETCH_MAX))
+        self._prefetch = min(self._prefetch, most)
         started = self._counts["claimed"]
         if self._rate_since == 0.0:
             # The first window opens once the first claim has filled the slots: the time to start up
@@ -900,7 +916,7 @@ class Worker:
         bound = cfg.concurrency / self._mean_run
         if bound * PREFETCH_HORIZON < 2 * cfg.concurrency:
             rate = min(rate, bound)
-        self._prefetch = max(cfg.concurrency, min(int(rate * PREFETCH_HORIZON), max(cfg.concurrency, PREFETCH_MAX)))
+        self._prefetch = max(cfg.concurrency, min(int(rate * PREFETCH_HORIZON), most))
 
     def _fail_fatally(self, exc: BaseException) -> None:
         if self._fatal is None:

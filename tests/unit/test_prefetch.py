@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 import pgq
-from pgq.worker import PREFETCH_FIRST_LOOK, PREFETCH_HORIZON, PREFETCH_MAX, Worker
+from pgq.worker import PREFETCH_FIRST_LOOK, PREFETCH_HORIZON, PREFETCH_MAX, PREFETCH_MAX_BYTES, Worker
 
 CONCURRENCY = 16
 
@@ -29,10 +29,12 @@ def _worker(loop: asyncio.AbstractEventLoop, prefetch: int | None = None) -> Wor
     return worker
 
 
-def _land_claim(worker: Worker, now: float, started: int, mean_run: float) -> None:
-    """What a claim does once its jobs are started: the worker has started `started` jobs in all."""
+def _land_claim(worker: Worker, now: float, started: int, mean_run: float, mean_bytes: float = 0.0) -> None:
+    """What a claim does once its jobs are started: the worker has started `started` jobs in all, which
+    took `mean_run` seconds in their slots and brought `mean_bytes` of payload each (moving means)."""
     worker._counts["claimed"] = started
     worker._mean_run = mean_run
+    worker._mean_bytes = mean_bytes
     worker._adapt_prefetch(now)
 
 
@@ -86,3 +88,34 @@ def test_a_fixed_prefetch_is_left_alone(loop: asyncio.AbstractEventLoop) -> None
     _land_claim(worker, 1000.0, CONCURRENCY, 0.0)
     _land_claim(worker, 1000.1, CONCURRENCY + 10_000, 0.0001)
     assert worker._prefetch == 3
+
+
+def test_big_payloads_cap_the_buffer_by_bytes(loop: asyncio.AbstractEventLoop) -> None:
+    worker = _worker(loop)
+    refills = CONCURRENCY + PREFETCH_FIRST_LOOK * CONCURRENCY
+    _land_claim(worker, 1000.0, CONCURRENCY, 0.0, 200_000.0)
+    # Fast jobs (a rate that asks for PREFETCH_MAX) of 200 kB payloads: only PREFETCH_MAX_BYTES of them.
+    _land_claim(worker, 1000.005, refills, 0.0002, 200_000.0)
+    assert worker._prefetch == int(PREFETCH_MAX_BYTES / 200_000) < PREFETCH_MAX
+    # Small payloads again (the moving mean fell): the rate decides at the next look.
+    _land_claim(worker, 1000.06, refills + 5000, 0.0002, 100.0)
+    assert worker._prefetch == PREFETCH_MAX
+
+
+def test_a_switch_to_big_payloads_shrinks_the_buffer_at_the_next_claim(loop: asyncio.AbstractEventLoop) -> None:
+    worker = _worker(loop)
+    refills = CONCURRENCY + PREFETCH_FIRST_LOOK * CONCURRENCY
+    _land_claim(worker, 1000.0, CONCURRENCY, 0.0, 50.0)
+    _land_claim(worker, 1000.005, refills, 0.0002, 50.0)
+    assert worker._prefetch == PREFETCH_MAX
+    # 10 ms later, no look due for 40 ms more, but a claim brought 1 MB payloads: at most the
+    # concurrency from now on (1 MB each is far more than PREFETCH_MAX_BYTES / CONCURRENCY).
+    _land_claim(worker, 1000.015, refills + 100, 0.0002, 1_000_000.0)
+    assert worker._prefetch == max(CONCURRENCY, int(PREFETCH_MAX_BYTES / 1_000_000))
+
+
+def test_a_fixed_prefetch_is_not_capped_by_bytes(loop: asyncio.AbstractEventLoop) -> None:
+    worker = _worker(loop, prefetch=500)
+    _land_claim(worker, 1000.0, CONCURRENCY, 0.0, 1_000_000.0)
+    _land_claim(worker, 1000.1, CONCURRENCY + 10_000, 0.0001, 1_000_000.0)
+    assert worker._prefetch == 500

@@ -650,6 +650,30 @@ def test_adaptive_prefetch_stays_small_for_slow_jobs(pgq_dsn: str, db: DB) -> No
     assert max(leased) <= 6, leased
 
 
+def test_adaptive_prefetch_holds_few_jobs_with_big_payloads(
+    pgq_dsn: str, db: DB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """0.25 s of fast jobs is hundreds of jobs, and as many payloads in the worker's memory (with
+    1 MB payloads a worker peaked at 1 GB): the buffer holds at most PREFETCH_MAX_BYTES of payload at
+    the size its claims brought. Lowered here to 256 kB, with payloads of 32 kB: 8 jobs, so a claim
+    takes at most the 4 slots and those 8 (without the cap, claims grow past 100 here)."""
+    monkeypatch.setattr("pgq.worker.PREFETCH_MAX_BYTES", 256 * 1024)
+    app = pgq.App(pgq_dsn)
+
+    @app.task
+    async def big(blob: str) -> None:
+        pass
+
+    async def before(queue: AsyncQueue) -> None:
+        await queue.enqueue_many([pgq.JobSpec("big", {"blob": f"{i:05d}" + "x" * 32_000}) for i in range(600)])
+
+    asyncio.run(run_worker_until(app, all_finished, before=before, concurrency=4))
+    assert db.status_counts() == {"succeeded": 600}
+    # The jobs of one claim share its transaction's started_at.
+    biggest = db.value("SELECT max(n) FROM (SELECT count(*) AS n FROM pgq.jobs GROUP BY started_at) c")
+    assert 4 < biggest <= 4 + 8, biggest
+
+
 def test_due_jobs_it_cannot_take_make_a_worker_back_off_not_spin(
     pgq_dsn: str, db: DB, monkeypatch: pytest.MonkeyPatch
 ) -> None:
