@@ -121,7 +121,9 @@ class WorkerConfig:
     - `ack_batch`: send at once when this many acknowledgements are pending. Claims pause once as
       many finished jobs await their acknowledgement as the largest of `ack_batch`, twice the
       concurrency and twice the current prefetch buffer: a worker whose acknowledgements do not get
-      through stops taking work, and a crash re-runs at most that many jobs that had finished.
+      through stops taking work, and a crash re-runs at most that many jobs that had finished. A
+      finished job keeps its payload until acknowledged, so for big payloads `ack_batch` counts only
+      up to twice the jobs PREFETCH_MAX_BYTES allows the adaptive buffer.
     - `maintenance`: take part in maintenance (rescue, periodic enqueue, retention).
     - `rescue_interval`: seconds between rescue runs (default lease/2).
     - `retention`: finished jobs are deleted this long after finishing (None: kept forever).
@@ -708,14 +710,15 @@ class Worker:
         whose acknowledgements do not get through stops taking work it could not report, and a
         crash re-runs at most that many jobs that had in fact finished.
 
-        The bound is at least `ack_batch` and twice the concurrency, and otherwise two prefetch
+        The bound is at least twice the concurrency and `ack_batch`, and otherwise two prefetch
         buffers: the adaptive buffer holds about PREFETCH_HORIZON seconds of work, so this is about
         twice that. A fixed bound of 1,000 paused claims of fast jobs for 8-11 % of a drain: one
         acknowledgement statement of several hundred jobs in flight while the next thousand
-        finished."""
+        finished. A finished job keeps its payload until it is acknowledged, so for big payloads
+        `ack_batch` counts only up to twice the jobs PREFETCH_MAX_BYTES allows the buffer."""
         cfg = self.config
         finished = len(self._inflight) - len(self._running) - len(self._held)  # claimed, not held or running
-        return finished >= max(2 * cfg.concurrency, cfg.ack_batch, 2 * self._prefetch)
+        return finished >= max(2 * cfg.concurrency, 2 * self._prefetch, min(cfg.ack_batch, 2 * self._prefetch_most()))
 
     def _slot_freed(self) -> None:
         self._start_held()
@@ -870,6 +873,12 @@ class Worker:
                 self._poll_at = at
             self._wake.set()
 
+    def _prefetch_most(self) -> int:
+        """The most jobs the adaptive buffer may hold: PREFETCH_MAX, and no more than PREFETCH_MAX_BYTES
+        of payload at the moving mean of the sizes claims brought; never less than the concurrency."""
+        most = PREFETCH_MAX if self._mean_bytes <= 0 else min(PREFETCH_MAX, int(PREFETCH_MAX_BYTES / self._mean_bytes))
+        return max(self.config.concurrency, most)
+
     def _adapt_prefetch(self, now: float) -> None:
         """Adaptive prefetch (`prefetch=None`): hold about PREFETCH_HORIZON seconds of work, judged by
         the rate jobs started at since the last look (the first once the slots have been refilled
@@ -883,8 +892,7 @@ class Worker:
         cfg = self.config
         if cfg.prefetch is not None:
             return
-        most = max(cfg.concurrency, min(PREFETCH_MAX, int(PREFETCH_MAX_BYTES / self._mean_bytes)
-                                        if self._mean_bytes > 0 else PREFETCH_MAX))
+        most = self._prefetch_most()
         self._prefetch = min(self._prefetch, most)
         started = self._counts["claimed"]
         if self._rate_since == 0.0:

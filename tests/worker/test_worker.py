@@ -756,6 +756,47 @@ def test_prefetched_jobs_wait_for_a_slot_and_go_back_at_shutdown(pgq_dsn: str, d
     assert worker.stats["released"] == 3
 
 
+def test_claims_pause_sooner_for_big_payloads_while_acknowledgements_cannot_get_through(
+    pgq_dsn: str, db: DB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finished job keeps its payload until acknowledged, so with big payloads the backlog bound is
+    not `ack_batch` (1,000 by default: a gigabyte of 1 MB payloads) but twice the jobs the buffer's
+    byte cap allows. Lowered here to 64 kB with payloads of 16 kB: the cap is the floor, the 4 slots,
+    and the bound 8 finished jobs."""
+    monkeypatch.setattr("pgq.worker.PREFETCH_MAX_BYTES", 64 * 1024)
+    app = pgq.App(pgq_dsn)
+    runs: list[int] = []
+
+    @app.task
+    async def big(i: int, blob: str) -> None:
+        runs.append(i)
+
+    async def main() -> None:
+        async with pgq.AsyncQueue(pgq_dsn) as queue:
+            await queue.enqueue_many([pgq.JobSpec("big", {"i": i, "blob": "x" * 16_000}) for i in range(100)])
+            blocker = await psycopg.AsyncConnection.connect(pgq_dsn)
+            await blocker.execute("LOCK TABLE pgq.key_watermarks IN SHARE MODE")  # acknowledgements wait
+            worker = app.worker(concurrency=4, lease=30, poll_interval=0.2)
+            runner = asyncio.create_task(worker.run_async())
+            try:
+                await async_wait_for(lambda: asyncio.sleep(0, len(runs) >= 8), 10, "8 jobs run")
+                await asyncio.sleep(1.0)
+                stalled = len(runs)
+                await asyncio.sleep(1.0)
+                assert len(runs) == stalled, "claims went on while nothing could be acknowledged"
+                # The last claim before the bound was reached added at most the 4 slots and 4 held.
+                assert 8 <= stalled <= 8 + 4 + 4 - 1, stalled
+            finally:
+                await blocker.close()
+            await async_wait_for(lambda: all_finished(queue), 20, "every job to finish")
+            worker.stop()
+            await asyncio.wait_for(runner, 20)
+
+    asyncio.run(main())
+    assert db.status_counts() == {"succeeded": 100}
+    assert sorted(runs) == list(range(100))
+
+
 def test_claims_pause_while_acknowledgements_cannot_get_through(pgq_dsn: str, db: DB) -> None:
     """Finished jobs whose acknowledgement cannot be sent (here it waits for a lock) pile up only to a
     bound: twice the prefetch buffer (at least ack_batch and twice the concurrency). Then the worker
