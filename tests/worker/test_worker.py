@@ -9,6 +9,7 @@ import itertools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -756,6 +757,62 @@ def test_prefetched_jobs_wait_for_a_slot_and_go_back_at_shutdown(pgq_dsn: str, d
     assert worker.stats["released"] == 3
 
 
+def _stall_acknowledgements(pgq_dsn: str, app: pgq.App, specs: list[pgq.JobSpec], runs: list[Any], *,
+                            at_least: int, while_stalled: Callable[[int], None], **settings: Any) -> None:
+    """Enqueue `specs`, make every acknowledgement wait for a lock, and run a worker of `app` (with
+    `settings`) until `at_least` jobs ran (each handler appends to `runs`) and then none for a second;
+    call `while_stalled(jobs run by then)` with the lock still held. Then release the lock and wait
+    until every job has finished."""
+
+    async def main() -> None:
+        async with pgq.AsyncQueue(pgq_dsn) as queue:
+            await queue.enqueue_many(specs)
+            # Every acknowledgement statement writes to pgq.key_watermarks (for jobs with a dedupe key),
+            # so it waits for this lock; claims do not touch that table.
+            blocker = await psycopg.AsyncConnection.connect(pgq_dsn)
+            await blocker.execute("LOCK TABLE pgq.key_watermarks IN SHARE MODE")
+            worker = app.worker(lease=30, poll_interval=0.2, **settings)
+            runner = asyncio.create_task(worker.run_async())
+            try:
+                await async_wait_for(lambda: asyncio.sleep(0, len(runs) >= at_least), 10, f"{at_least} jobs run")
+                await asyncio.sleep(1.0)
+                stalled = len(runs)
+                await asyncio.sleep(1.0)
+                assert len(runs) == stalled, "claims went on while nothing could be acknowledged"
+                while_stalled(stalled)
+            finally:
+                await blocker.close()  # releases the lock: the acknowledgements go through
+            await async_wait_for(lambda: all_finished(queue), 20, "every job to finish")
+            worker.stop()
+            await asyncio.wait_for(runner, 20)
+
+    asyncio.run(main())
+
+
+def test_claims_pause_while_acknowledgements_cannot_get_through(pgq_dsn: str, db: DB) -> None:
+    """Finished jobs whose acknowledgement cannot be sent (here it waits for a lock) pile up only to a
+    bound: twice the prefetch buffer (at least ack_batch and twice the concurrency). Then the worker
+    claims nothing more until they are through, so it never runs off with the whole queue; once
+    through, every job has succeeded, each run exactly once."""
+    app = pgq.App(pgq_dsn)
+    runs: list[int] = []
+
+    @app.task
+    async def quick(i: int) -> None:
+        runs.append(i)
+
+    def while_stalled(stalled: int) -> None:
+        # The bound is 2 x 20 = 40 finished jobs waiting; the last claim before it was reached added
+        # at most the 4 slots and 20 held jobs it had room for.
+        assert 40 <= stalled <= 40 + 4 + 20 - 1, stalled
+        assert db.status_counts() == {"running": stalled, "queued": 400 - stalled}
+
+    _stall_acknowledgements(pgq_dsn, app, [pgq.JobSpec("quick", {"i": i}) for i in range(400)], runs,
+                            at_least=40, while_stalled=while_stalled, concurrency=4, prefetch=20, ack_batch=10)
+    assert db.status_counts() == {"succeeded": 400}
+    assert sorted(runs) == list(range(400))
+
+
 def test_claims_pause_sooner_for_big_payloads_while_acknowledgements_cannot_get_through(
     pgq_dsn: str, db: DB, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -771,69 +828,12 @@ def test_claims_pause_sooner_for_big_payloads_while_acknowledgements_cannot_get_
     async def big(i: int, blob: str) -> None:
         runs.append(i)
 
-    async def main() -> None:
-        async with pgq.AsyncQueue(pgq_dsn) as queue:
-            await queue.enqueue_many([pgq.JobSpec("big", {"i": i, "blob": "x" * 16_000}) for i in range(100)])
-            blocker = await psycopg.AsyncConnection.connect(pgq_dsn)
-            await blocker.execute("LOCK TABLE pgq.key_watermarks IN SHARE MODE")  # acknowledgements wait
-            worker = app.worker(concurrency=4, lease=30, poll_interval=0.2)
-            runner = asyncio.create_task(worker.run_async())
-            try:
-                await async_wait_for(lambda: asyncio.sleep(0, len(runs) >= 8), 10, "8 jobs run")
-                await asyncio.sleep(1.0)
-                stalled = len(runs)
-                await asyncio.sleep(1.0)
-                assert len(runs) == stalled, "claims went on while nothing could be acknowledged"
-                # The last claim before the bound was reached added at most the 4 slots and 4 held.
-                assert 8 <= stalled <= 8 + 4 + 4 - 1, stalled
-            finally:
-                await blocker.close()
-            await async_wait_for(lambda: all_finished(queue), 20, "every job to finish")
-            worker.stop()
-            await asyncio.wait_for(runner, 20)
+    def while_stalled(stalled: int) -> None:
+        # The last claim before the bound was reached added at most the 4 slots and 4 held jobs.
+        assert 8 <= stalled <= 8 + 4 + 4 - 1, stalled
+        assert db.status_counts() == {"running": stalled, "queued": 100 - stalled}
 
-    asyncio.run(main())
+    _stall_acknowledgements(pgq_dsn, app, [pgq.JobSpec("big", {"i": i, "blob": "x" * 16_000}) for i in range(100)],
+                            runs, at_least=8, while_stalled=while_stalled, concurrency=4)
     assert db.status_counts() == {"succeeded": 100}
     assert sorted(runs) == list(range(100))
-
-
-def test_claims_pause_while_acknowledgements_cannot_get_through(pgq_dsn: str, db: DB) -> None:
-    """Finished jobs whose acknowledgement cannot be sent (here it waits for a lock) pile up only to a
-    bound: twice the prefetch buffer (at least ack_batch and twice the concurrency). Then the worker
-    claims nothing more until they are through, so it never runs off with the whole queue; once
-    through, every job has succeeded, each run exactly once."""
-    app = pgq.App(pgq_dsn)
-    runs: list[int] = []
-
-    @app.task
-    async def quick(i: int) -> None:
-        runs.append(i)
-
-    async def main() -> None:
-        async with pgq.AsyncQueue(pgq_dsn) as queue:
-            await queue.enqueue_many([pgq.JobSpec("quick", {"i": i}) for i in range(400)])
-            # Every acknowledgement statement writes to pgq.key_watermarks (for jobs with a dedupe key),
-            # so it waits for this lock; claims do not touch that table.
-            blocker = await psycopg.AsyncConnection.connect(pgq_dsn)
-            await blocker.execute("LOCK TABLE pgq.key_watermarks IN SHARE MODE")
-            worker = app.worker(concurrency=4, prefetch=20, ack_batch=10, lease=30, poll_interval=0.2)
-            runner = asyncio.create_task(worker.run_async())
-            try:
-                await async_wait_for(lambda: asyncio.sleep(0, len(runs) >= 40), 10, "40 jobs run")
-                await asyncio.sleep(1.0)
-                stalled = len(runs)
-                await asyncio.sleep(1.0)
-                assert len(runs) == stalled, "claims went on while nothing could be acknowledged"
-                # The bound is 2 x 20 = 40 finished jobs waiting; the last claim before it was reached
-                # added at most the 4 slots and 20 held jobs it had room for.
-                assert 40 <= stalled <= 40 + 4 + 20 - 1, stalled
-                assert db.status_counts() == {"running": stalled, "queued": 400 - stalled}
-            finally:
-                await blocker.close()  # releases the lock: the acknowledgements go through
-            await async_wait_for(lambda: all_finished(queue), 20, "every job to finish")
-            worker.stop()
-            await asyncio.wait_for(runner, 20)
-
-    asyncio.run(main())
-    assert db.status_counts() == {"succeeded": 400}
-    assert sorted(runs) == list(range(400))
