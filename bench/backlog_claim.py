@@ -107,16 +107,15 @@ def main(argv: list[str] | None = None) -> int:
 
     with scratch_database(args.dsn, "pgq_backlog") as dsn:
         _fill(dsn, args.queued, args.queues)
-        variants = VARIANTS
         with psycopg.connect(dsn, autocommit=True) as conn:
             for queues in (None, ["q0"]):
                 for limit in CLAIM_SIZES:
                     where = "all queues" if queues is None else "one queue"
                     print(f"{where}, claims of {limit}: estimated cost {_estimate(conn, queues, limit):,.0f}",
                           flush=True)
-                    times: dict[str, list[float]] = {name: [] for name in variants}
+                    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
                     for n in range(args.claims):
-                        for name, run in (list(variants.items()) if n % 2 == 0 else list(variants.items())[::-1]):
+                        for name, run in (list(VARIANTS.items()) if n % 2 == 0 else list(VARIANTS.items())[::-1]):
                             started = time.perf_counter()
                             got = run(conn, queues, limit)
                             times[name].append((time.perf_counter() - started) * 1000)
