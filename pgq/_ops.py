@@ -556,9 +556,28 @@ def _needs_guard(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], o
     return not op.guards_itself and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
 
-def run_sync(conn: psycopg.Connection[Any], op: Operation[T], *, own_transaction: bool) -> T:
+KEPT_CURSOR_MAX_ROWS = 4
+"""A cursor kept for the next operation (`keeps_cursor`) holds its last result in memory until that
+operation's first statement replaces it; one that returned more rows than this is closed instead. Short
+calls, whose set-up a kept cursor saves (an enqueue, an idle worker's claim, a heartbeat), return a few
+rows; bigger results pay for a new cursor many times over."""
+
+
+def keeps_cursor(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
+    """Whether `cur`, which ran an operation's statements (`run_sync` / `run_async` with `cursor=`), may
+    be kept for the next operation on its connection: it is open and its last result holds at most
+    KEPT_CURSOR_MAX_ROWS rows. A kept cursor reuses the loaders and dumpers it found for the columns and
+    parameters it has seen, which a new cursor looks up and builds again."""
+    return not cur.closed and cur.rowcount <= KEPT_CURSOR_MAX_ROWS
+
+
+def run_sync(conn: psycopg.Connection[Any], op: Operation[T], *, own_transaction: bool,
+             cursor: psycopg.Cursor[Any] | None = None) -> T:
     """Drive `op` (and the operations its `then` chains) to completion on `conn` (not closed; the
     caller owns it).
+
+    The statements run on `cursor`, a cursor of `conn` that is left open (see `keeps_cursor`), or
+    else on a new cursor per operation, closed at its end.
 
     With `own_transaction`, an operation marked `transaction` runs inside `conn.transaction()`
     (a savepoint when the connection is already in a transaction). A transaction begun here first
@@ -573,7 +592,7 @@ def run_sync(conn: psycopg.Connection[Any], op: Operation[T], *, own_transaction
         in_transaction = current.transaction and own_transaction
         guard = in_transaction and _needs_guard(conn, current)
         ctx: AbstractContextManager[Any] = conn.transaction() if in_transaction else nullcontext()
-        with ctx, conn.cursor(row_factory=dict_row) as cur:
+        with ctx, (conn.cursor(row_factory=dict_row) if cursor is None else nullcontext(cursor)) as cur:
             _cursor_adapters(cur)
             if guard:
                 cur.execute(_sql.query("transaction_guard"), _GUARD_PARAMS)
@@ -593,7 +612,8 @@ def run_sync(conn: psycopg.Connection[Any], op: Operation[T], *, own_transaction
     return result
 
 
-async def run_async(conn: psycopg.AsyncConnection[Any], op: Operation[T], *, own_transaction: bool) -> T:
+async def run_async(conn: psycopg.AsyncConnection[Any], op: Operation[T], *, own_transaction: bool,
+                    cursor: psycopg.AsyncCursor[Any] | None = None) -> T:
     """The asyncio twin of `run_sync` (the driver loop only; the operations are shared)."""
     current: Operation[T] | None = op
     result: T
@@ -601,7 +621,7 @@ async def run_async(conn: psycopg.AsyncConnection[Any], op: Operation[T], *, own
         in_transaction = current.transaction and own_transaction
         guard = in_transaction and _needs_guard(conn, current)
         ctx: AbstractAsyncContextManager[Any] = conn.transaction() if in_transaction else _anull()
-        async with ctx, conn.cursor(row_factory=dict_row) as cur:
+        async with ctx, (conn.cursor(row_factory=dict_row) if cursor is None else nullcontext(cursor)) as cur:
             _cursor_adapters(cur)
             if guard:
                 await cur.execute(_sql.query("transaction_guard"), _GUARD_PARAMS)

@@ -84,6 +84,11 @@ PGBOUNCER_KWARGS: dict[str, Any] = {"prepare_threshold": None}
 # concurrent callers. It goes back to the pool when its state is anything but idle (broken, a query
 # cut off by a cancellation), when the queue closes, and every SPARE_MAX_AGE seconds, so that the
 # pool's health checks and connection lifetime apply to it too.
+#
+# The kept connection keeps its cursor as well (while it holds a small result, see
+# _ops.keeps_cursor): a new cursor starts without the loaders and dumpers the last one had found for
+# the same columns and parameters, and building them again is most of the client's work in a short
+# call that follows an idle spell (an idle worker's claim: 0.25 ms of its wake-up, see bench/README.md).
 SPARE_MAX_AGE = 60.0
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 
@@ -97,6 +102,19 @@ def pool_kwargs(pgbouncer: bool) -> dict[str, Any]:
     """psycopg connection kwargs of the pools pgq creates: autocommit, and with `pgbouncer` (the DSN
     is a PgBouncer in transaction pooling mode) no server-side prepared statements."""
     return {**_POOL_KWARGS, **PGBOUNCER_KWARGS} if pgbouncer else dict(_POOL_KWARGS)
+
+
+def _keeps_connection(pool: ConnectionPool[Any] | AsyncConnectionPool[Any], owned: bool, wanted: bool | None) -> bool:
+    """Whether a queue keeps a connection of `pool` between calls (see SPARE_MAX_AGE): as `wanted`, by
+    default when the queue created the pool, and never with a pool of one. Raises PgqError when asked
+    to keep one of a caller's pool whose connections are not in autocommit: a kept connection runs
+    each call as its own transaction and commits nothing itself."""
+    if wanted is False or (wanted is None and not owned) or pool.max_size < 2:
+        return False
+    if not owned and not (isinstance(pool.kwargs, dict) and pool.kwargs.get("autocommit") is True):
+        raise PgqError("keep_connection=True with a pool of your own: create the pool with "
+                       "kwargs={'autocommit': True, ...}")
+    return True
 
 
 def check_pgbouncer_pool(pool: ConnectionPool[Any] | AsyncConnectionPool[Any]) -> None:
@@ -117,9 +135,13 @@ class Queue:
     """Synchronous pgq client, usable as soon as it is constructed; thread-safe.
 
     `dsn_or_pool`: a libpq DSN (the queue opens a pool of `min_size`..`max_size` connections and
-    closes it in `close()`; with two or more, it keeps one of them between calls for the next call,
-    see SPARE_MAX_AGE), or a `psycopg_pool.ConnectionPool` owned by the caller (left open, every
+    closes it in `close()`), or a `psycopg_pool.ConnectionPool` owned by the caller (left open; every
     call takes a connection from it and gives it back).
+    `keep_connection`: keep one connection of the pool out of it between calls, for the next call
+    (see SPARE_MAX_AGE: it goes back at least every minute, and calls that find it busy use the
+    pool). Default: when the queue created its pool. It needs a pool of two or more connections;
+    with a pool of your own (whose connections must be in autocommit: PgqError otherwise), `close()`
+    gives the connection back and leaves the pool open.
     `pgbouncer`: the DSN is a PgBouncer in transaction pooling mode, so the pool's connections never
     prepare statements; with a pool of your own, PgqError unless it was created with
     `kwargs={"prepare_threshold": None}`. Use as a context manager or call `close()`.
@@ -132,6 +154,7 @@ class Queue:
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 30.0,
+        keep_connection: bool | None = None,
         pgbouncer: bool = False,
     ) -> None:
         if isinstance(dsn_or_pool, ConnectionPool):
@@ -145,8 +168,9 @@ class Queue:
                 kwargs=pool_kwargs(pgbouncer), open=True, name="pgq", configure=_ops.configure_connection,
             )
             self._owns_pool = True
-        self._keeps_spare = self._owns_pool and self._pool.max_size > 1
+        self._keeps_spare = _keeps_connection(self._pool, self._owns_pool, keep_connection)
         self._spare: psycopg.Connection[Any] | None = None  # see SPARE_MAX_AGE
+        self._spare_cursor: psycopg.Cursor[Any] | None = None  # a cursor of _spare, or None
         self._spare_since = 0.0
         self._spare_lock = threading.Lock()
 
@@ -156,13 +180,15 @@ class Queue:
         return self._pool
 
     def close(self) -> None:
-        """Close the pool if this queue created it. Idempotent."""
+        """Give the kept connection back to the pool, and close the pool if this queue created it.
+        Idempotent. A queue on a pool of your own stays usable after it (every call then takes a
+        connection from the pool)."""
+        with self._spare_lock:  # waits for a call running on the kept connection
+            spare, self._spare, self._spare_cursor = self._spare, None, None
+            self._keeps_spare = False
+        if spare is not None:
+            self._pool.putconn(spare)
         if self._owns_pool:
-            with self._spare_lock:  # waits for a call running on the kept connection
-                spare, self._spare = self._spare, None
-                self._keeps_spare = False
-            if spare is not None:
-                self._pool.putconn(spare)
             self._pool.close()
 
     def __enter__(self) -> Self:
@@ -215,12 +241,19 @@ class Queue:
         if conn is None:
             conn = self._spare = self._pool.getconn()
             self._spare_since = time.monotonic()
+        cursor = self._spare_cursor
+        if cursor is None:
+            cursor = self._spare_cursor = conn.cursor()
         try:
-            return _ops.run_sync(conn, op, own_transaction=True)
+            return _ops.run_sync(conn, op, own_transaction=True, cursor=cursor)
         finally:
             if _spare_done(conn, self._spare_since):
-                self._spare = None
+                self._spare = self._spare_cursor = None
+                cursor.close()
                 self._pool.putconn(conn)
+            elif not _ops.keeps_cursor(cursor):
+                self._spare_cursor = None
+                cursor.close()
 
     def enqueue(
         self,
@@ -391,8 +424,8 @@ class AsyncQueue:
     """asyncio pgq client: the methods of `Queue`, as coroutines, with the same contracts.
 
     `dsn_or_pool`: a DSN (the queue creates an AsyncConnectionPool; `close()` closes it) or an
-    AsyncConnectionPool owned by the caller. `pgbouncer` as in `Queue`. Open it with
-    `await q.open()` or `async with`.
+    AsyncConnectionPool owned by the caller. `keep_connection` and `pgbouncer` as in `Queue`. Open it
+    with `await q.open()` or `async with`.
     """
 
     def __init__(
@@ -402,6 +435,7 @@ class AsyncQueue:
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 30.0,
+        keep_connection: bool | None = None,
         pgbouncer: bool = False,
     ) -> None:
         if isinstance(dsn_or_pool, AsyncConnectionPool):
@@ -416,8 +450,9 @@ class AsyncQueue:
                 configure=_ops.configure_connection_async,
             )
             self._owns_pool = True
-        self._keeps_spare = self._owns_pool and self._pool.max_size > 1
+        self._keeps_spare = _keeps_connection(self._pool, self._owns_pool, keep_connection)
         self._spare: psycopg.AsyncConnection[Any] | None = None  # see SPARE_MAX_AGE
+        self._spare_cursor: psycopg.AsyncCursor[Any] | None = None  # a cursor of _spare, or None
         self._spare_since = 0.0
         self._spare_busy = False
 
@@ -432,11 +467,13 @@ class AsyncQueue:
             await self._pool.open()
 
     async def close(self) -> None:
-        """Close the pool if this queue created it. Idempotent."""
+        """See `Queue.close`."""
+        # A call still running on the kept connection returns it itself.
+        spare, self._spare, self._spare_cursor = self._spare, None, None
+        self._keeps_spare = False
+        if spare is not None and not self._spare_busy:
+            await self._pool.putconn(spare)
         if self._owns_pool:
-            spare, self._spare = self._spare, None  # a call still running on it returns it itself
-            if spare is not None and not self._spare_busy:
-                await self._pool.putconn(spare)
             await self._pool.close()
 
     async def __aenter__(self) -> Self:
@@ -483,17 +520,25 @@ class AsyncQueue:
         # As Queue._run_spare; _spare_busy instead of a lock, on the event loop's thread.
         self._spare_busy = True
         conn = self._spare
+        cursor = self._spare_cursor
         try:
             if conn is None:
                 conn = await self._pool.getconn()
                 self._spare, self._spare_since = conn, time.monotonic()
-            return await _ops.run_async(conn, op, own_transaction=True)
+            if cursor is None:
+                cursor = self._spare_cursor = conn.cursor()
+            return await _ops.run_async(conn, op, own_transaction=True, cursor=cursor)
         finally:
             self._spare_busy = False
             if conn is not None and (conn is not self._spare or _spare_done(conn, self._spare_since)):
                 if conn is self._spare:
-                    self._spare = None
+                    self._spare = self._spare_cursor = None
+                if cursor is not None:
+                    await cursor.close()
                 await self._pool.putconn(conn)
+            elif cursor is not None and not _ops.keeps_cursor(cursor):
+                self._spare_cursor = None
+                await cursor.close()
 
     async def enqueue(
         self,

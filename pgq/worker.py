@@ -526,7 +526,9 @@ class Worker:
             name=f"pgq-worker-{cfg.claimed_by}", timeout=5.0, configure=_ops.configure_connection_async,
         )
         await pool.open()
-        self._queue = AsyncQueue(pool)
+        # The queue keeps one connection out of the pool for the next call (while it is free), and its
+        # cursor with it: an idle worker's claim then finds its loaders and dumpers ready (see SPARE_MAX_AGE).
+        self._queue = AsyncQueue(pool, keep_connection=True)
         self.app._bind_async_queue(loop, self._queue)
         installed = self._install_signals(loop) if handle_signals else []
         background: list[asyncio.Task[Any]] = []
@@ -571,6 +573,7 @@ class Worker:
             self._threads.shutdown()
             if self._metrics_server is not None:
                 await asyncio.to_thread(self._metrics_server.stop)
+            await self._queue.close()  # gives the kept connection back; the pool is closed next
             await pool.close(timeout=2.0)
             logger.info("worker %s stopped: %s", cfg.claimed_by,
                         ", ".join(f"{k} {v}" for k, v in self._counts.items()),

@@ -12,6 +12,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from pgq import AsyncQueue, JobStatus, Queue
+from pgq.errors import InvalidState, PgqError
 
 
 def _kill_other_backends(dsn: str) -> int:
@@ -230,3 +231,82 @@ def test_own_connections_read_datetimes_in_utc_whatever_the_session_zone(pgq_dsn
 
         created_async = asyncio.run(via_async())
         assert created_async.tzinfo is dt.UTC
+
+
+def test_the_kept_connection_keeps_its_cursor_while_its_results_stay_small(pgq_dsn: str) -> None:
+    """Back-to-back calls run on one cursor of the kept connection (its loaders and dumpers found
+    once); a call whose result has more rows than KEPT_CURSOR_MAX_ROWS closes it, so that no big
+    result stays in memory until the next call, and the next call opens a new one."""
+    from pgq._ops import KEPT_CURSOR_MAX_ROWS
+
+    with Queue(pgq_dsn, min_size=1, max_size=2) as q:
+        first = q.enqueue("k", {"i": 0})
+        cursor = q._spare_cursor
+        assert cursor is not None and not cursor.closed
+        for i in range(1, 10):
+            q.enqueue("k", {"i": i})
+        [claim] = q.claim(worker="w", limit=1)
+        assert q.complete(claim) is JobStatus.SUCCEEDED and claim.id == first
+        assert q._spare_cursor is cursor  # enqueues, a claim and an acknowledgement on the same cursor
+        held = q.enqueue("k", dedupe_key="d")
+        q.cancel(held)
+        q.enqueue("k", dedupe_key="d")
+        with pytest.raises(InvalidState):
+            q.retry(held)  # a unique violation raised by the server on that cursor leaves it usable
+        assert q._spare_cursor is cursor
+        assert len(q.list(status="queued")) == 10 > KEPT_CURSOR_MAX_ROWS
+        assert q._spare_cursor is None and cursor.closed  # the big result went with its cursor
+        job = q.get(first)
+        assert job is not None and job.status is JobStatus.SUCCEEDED
+        assert q._spare_cursor is not None and q._spare_cursor is not cursor
+
+    async def main() -> None:
+        async with AsyncQueue(pgq_dsn, min_size=1, max_size=2) as aq:
+            await aq.enqueue("k", {"a": 1})
+            acursor = aq._spare_cursor
+            assert acursor is not None and not acursor.closed
+            for _ in range(3):
+                await aq.enqueue("k", {"a": 2})
+            assert aq._spare_cursor is acursor
+            assert len(await aq.list(status="queued")) == 14
+            assert aq._spare_cursor is None and acursor.closed
+            await aq.enqueue("k", {"a": 3})
+            assert aq._spare_cursor is not None and not aq._spare_cursor.closed
+
+    asyncio.run(main())
+
+
+def test_keep_connection_with_a_callers_pool_keeps_one_and_gives_it_back_on_close(pgq_dsn: str) -> None:
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+    with ConnectionPool(pgq_dsn, min_size=2, max_size=2, kwargs={"autocommit": True}) as pool:
+        q = Queue(pool, keep_connection=True)
+        ids = [q.enqueue("k", {"i": i}) for i in range(20)]
+        assert pool.get_stats().get("requests_num", 0) == 1  # one getconn for twenty calls
+        assert pool.get_stats()["pool_available"] == 1  # the kept one is out of the pool
+        q.close()
+        assert not pool.closed and pool.get_stats()["pool_available"] == 2  # given back, pool left open
+        assert len(q.list(status="queued", limit=100)) == 20  # still usable: through the pool
+        assert sorted(j.id for j in q.list(status="queued", limit=100)) == ids
+    with ConnectionPool(pgq_dsn, min_size=1, max_size=2) as pool, pytest.raises(PgqError, match="autocommit"):
+        Queue(pool, keep_connection=True)  # its connections would leave each call's transaction open
+
+    async def main() -> None:
+        async with AsyncConnectionPool(pgq_dsn, min_size=2, max_size=2, kwargs={"autocommit": True}) as apool:
+            aq = AsyncQueue(apool, keep_connection=True)
+            for i in range(20):
+                await aq.enqueue("k", {"i": i})
+            assert apool.get_stats().get("requests_num", 0) == 1
+            await aq.close()
+            assert not apool.closed and apool.get_stats()["pool_available"] == 2
+            assert len(await aq.list(status="queued", limit=100)) == 40
+
+    asyncio.run(main())
+
+
+def test_keep_connection_false_takes_a_pool_connection_for_every_call(pgq_dsn: str) -> None:
+    with Queue(pgq_dsn, min_size=1, max_size=3, keep_connection=False) as q:
+        for i in range(10):
+            q.enqueue("k", {"i": i})
+        assert q.pool.get_stats().get("requests_num", 0) == 10
+        assert q._spare is None
