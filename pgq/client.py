@@ -88,7 +88,7 @@ PGBOUNCER_KWARGS: dict[str, Any] = {"prepare_threshold": None}
 # The kept connection keeps its cursor as well (while it holds a small result, see
 # _ops.keeps_cursor): a new cursor starts without the loaders and dumpers the last one had found for
 # the same columns and parameters, and building them again is most of the client's work in a short
-# call that follows an idle spell (an idle worker's claim: 0.25 ms of its wake-up, see bench/README.md).
+# call that follows an idle spell (an idle worker's claim: 0.14 ms of its wake-up, see bench/README.md).
 SPARE_MAX_AGE = 60.0
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 
