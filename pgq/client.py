@@ -242,16 +242,17 @@ class Queue:
             conn = self._spare = self._pool.getconn()
             self._spare_since = time.monotonic()
         cursor = self._spare_cursor
-        if cursor is None:
-            cursor = self._spare_cursor = conn.cursor()
         try:
+            if cursor is None:
+                cursor = self._spare_cursor = conn.cursor()
             return _ops.run_sync(conn, op, own_transaction=True, cursor=cursor)
         finally:
             if _spare_done(conn, self._spare_since):
                 self._spare = self._spare_cursor = None
-                cursor.close()
+                if cursor is not None:
+                    cursor.close()
                 self._pool.putconn(conn)
-            elif not _ops.keeps_cursor(cursor):
+            elif cursor is not None and not _ops.keeps_cursor(cursor):
                 self._spare_cursor = None
                 cursor.close()
 
