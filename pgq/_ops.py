@@ -697,7 +697,7 @@ def _translate(exc: psycopg.Error) -> BaseException:
 
 
 # ---------------------------------------------------------------------------------------------
-# Worker and maintenance operations (pgq.worker, pgq.maintenance)
+# Worker and maintenance operations (pgq.worker, pgq.worker.maintenance)
 
 
 def next_run_at(queues: Sequence[str] | None) -> Operation[float | None]:

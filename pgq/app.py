@@ -1,8 +1,8 @@
 """Tasks and the application that holds them.
 
 `App` is the registry a worker serves: `@app.task` turns a plain `def` or an `async def` into a `Task`
-(the handler of one job kind), `@app.periodic` adds a schedule to a task, `app.worker(...)` builds a
-`pgq.worker.Worker`. Handlers receive the job's payload (a JSON object) as keyword arguments and:
+(the handler of one job kind), `@app.periodic` adds a schedule to a task; `pgq.Worker(app, ...)` runs
+them. Handlers receive the job's payload (a JSON object) as keyword arguments and:
 
 - return a JSON value: the job succeeds, the value is stored as its result;
 - raise: the attempt fails; the task's retry policy (`Backoff` by default) says when to try again,
@@ -31,7 +31,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, overload
+from typing import Any, Protocol, overload
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -40,9 +40,6 @@ from .client import PGBOUNCER_KWARGS, AsyncQueue, Queue, check_pgbouncer_pool
 from .cron import Cron, CronError, Every, Schedule
 from .errors import InvalidJob, PgqError
 from .models import JSON, Claim, Job, JobSpec, _slot_setters, delay_seconds
-
-if TYPE_CHECKING:
-    from .worker import Worker
 
 __all__ = [
     "DEFAULT_RETRY",
@@ -668,30 +665,6 @@ class App:
             return task
 
         return register
-
-    def worker(
-        self,
-        *,
-        queues: Sequence[str] | None = None,
-        concurrency: int = 10,
-        lease: dt.timedelta | float = 60.0,
-        poll_interval: dt.timedelta | float = 1.0,
-        drain_timeout: dt.timedelta | float = 30.0,
-        claimed_by: str | None = None,
-        listen: bool = True,
-        **options: Any,
-    ) -> Worker:
-        """Build a Worker serving `queues` (None: every queue) of this app. See `pgq.worker.WorkerConfig`
-        for every option (`ack_delay`, `retention`, `maintenance`, `pool_size`, `dsn`, ...).
-
-        Raises InvalidJob for invalid settings. Nothing connects until the worker runs.
-        """
-        from .worker import Worker, WorkerConfig
-
-        config = WorkerConfig.build(queues=queues, concurrency=concurrency, lease=lease,
-                                    poll_interval=poll_interval, drain_timeout=drain_timeout,
-                                    claimed_by=claimed_by, listen=listen, **options)
-        return Worker(self, config)
 
     # -- queues ----------------------------------------------------------------------------------
 

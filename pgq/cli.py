@@ -766,8 +766,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
         "metrics_port": args.metrics_port,
         "metrics_host": args.metrics_host,
     }
-    # Options left out keep App.worker's defaults, so they are defined in one place.
-    worker = app.worker(**{k: v for k, v in options.items() if v is not None})
+    # Options left out keep WorkerConfig's defaults, so they are defined in one place.
+    from .worker import Worker
+
+    worker = Worker(app, **{k: v for k, v in options.items() if v is not None})
     worker.run()
     return EXIT_OK
 

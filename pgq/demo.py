@@ -34,6 +34,7 @@ from .cli import DEMO_QUEUE, CliError, TextLogFormatter, describe_dsn, format_st
 from .client import AsyncQueue, Queue
 from .embedded import start_embedded
 from .models import Job, JobSpec, JobStatus
+from .worker import Worker
 
 __all__ = ["DEMO_QUEUE", "KINDS", "DemoPlan", "DemoState", "build_app", "run_demo"]
 
@@ -181,7 +182,7 @@ async def _produce_and_wait(app: App, dsn: str, plan: DemoPlan, state: DemoState
     # No maintenance: on a database the demo was given, rescuing other queues' jobs or deleting old
     # finished jobs (retention) is not the demo's business.
     pool = [
-        app.worker(queues=[DEMO_QUEUE], concurrency=WORKER_CONCURRENCY, lease=30.0, poll_interval=0.2,
+        Worker(app, queues=[DEMO_QUEUE], concurrency=WORKER_CONCURRENCY, lease=30.0, poll_interval=0.2,
                    drain_timeout=5.0, claimed_by=f"pgq-demo-{i + 1}", maintenance=False)
         for i in range(workers)
     ]

@@ -29,7 +29,7 @@ from psycopg.rows import dict_row
 
 import pgq
 from pgq import JobStatus, LeaseLost, PgqError, Queue
-from pgq.maintenance import RESCUE_LOCK_KEY, Rescuer
+from pgq.worker.maintenance import RESCUE_LOCK_KEY, Rescuer
 
 from ..conftest import reap, stop_with_sigterm
 from ..worker.conftest import wait_for
@@ -243,7 +243,7 @@ def test_maintenance_leadership_through_pgbouncer_uses_transaction_locks_only(bo
     wait_for(lambda: direct_rows(bouncer, "SELECT lease_expires_at < now() AS x FROM pgq.jobs WHERE id = %s",
                                  (job_id,))[0]["x"], 15, "the lease to expire on the database clock")
 
-    async def scenario() -> tuple[pgq.maintenance.StepResult, pgq.maintenance.StepResult]:
+    async def scenario() -> tuple[pgq.worker.maintenance.StepResult, pgq.worker.maintenance.StepResult]:
         async with pgq.AsyncQueue(bouncer.dsn, pgbouncer=True) as queue:
             rescuer = Rescuer(queue)
             holder = await psycopg.AsyncConnection.connect(bouncer.direct_dsn)
@@ -289,7 +289,7 @@ def test_workers_through_pgbouncer_listen_direct_or_poll(bouncer: Bouncer, caplo
     async def scenario() -> tuple[pgq.Worker, pgq.Worker]:
         # Worker A: statements through PgBouncer, LISTEN on the direct connection, a poll interval
         # far longer than the test, so only NOTIFY can wake it.
-        listening = app.worker(queues=["w"], concurrency=8, lease=5, poll_interval=120, claimed_by="listens",
+        listening = pgq.Worker(app, queues=["w"], concurrency=8, lease=5, poll_interval=120, claimed_by="listens",
                                listen_dsn=bouncer.direct_dsn, rescue_interval=0.3)
         a = asyncio.create_task(listening.run_async())
         try:
@@ -306,7 +306,7 @@ def test_workers_through_pgbouncer_listen_direct_or_poll(bouncer: Bouncer, caplo
 
             # Worker B: PgBouncer only, no listen_dsn: it must poll, and never LISTEN through the pooler.
             # Queue w-poll is B's alone: A, prefetching fast jobs, may well take every job of w.
-            polling = app.worker(queues=["w", "w-poll"], concurrency=8, lease=5, poll_interval=0.2,
+            polling = pgq.Worker(app, queues=["w", "w-poll"], concurrency=8, lease=5, poll_interval=0.2,
                                  claimed_by="polls", rescue_interval=0.3)
             b = asyncio.create_task(polling.run_async())
             try:

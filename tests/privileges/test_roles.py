@@ -19,9 +19,9 @@ from psycopg.rows import dict_row
 import pgq
 from pgq import migrate
 from pgq.cli import main
-from pgq.maintenance import Rescuer, StepResult
 from pgq.models import JobSpec, JobStatus
 from pgq.roles import roles_sql
+from pgq.worker.maintenance import Rescuer, StepResult
 
 from ..worker.conftest import DB, freeze_mid_claim, run_worker_until, wait_for
 from .conftest import Roles
@@ -403,7 +403,7 @@ def test_worker_connected_as_producer_stops_with_a_clear_error(roles: Roles) -> 
         pass
 
     with pytest.raises(pgq.PgqError, match=r"may not claim jobs .*grant it pgq_worker"):
-        app.worker(dsn=roles.producer, queues=["q"], poll_interval=0.1).run()
+        pgq.Worker(app, dsn=roles.producer, queues=["q"], poll_interval=0.1).run()
 
 
 def test_a_worker_role_ends_only_stalled_sessions_it_may_signal_and_rescues_even_when_it_may_not(

@@ -11,10 +11,10 @@ import sys
 def test_import_pgq_leaves_the_worker_unloaded_until_it_is_used() -> None:
     code = (
         "import sys, pgq\n"
-        "heavy = ('pgq.worker', 'pgq.metrics', 'pgq.maintenance', 'pgq.listener', 'http.server', 'alembic',\n"
+        "heavy = ('pgq.worker', 'pgq.metrics', 'pgq.worker.maintenance', 'pgq.listener', 'http.server', 'alembic',\n"
         "         'tenacity')\n"
         "print(sorted(m for m in heavy if m in sys.modules))\n"
-        "assert pgq.Worker.__module__ == 'pgq.worker' and pgq.WorkerConfig().concurrency >= 1\n"
+        "assert pgq.Worker.__module__ == 'pgq.worker.worker' and pgq.WorkerConfig().concurrency >= 1\n"
         "print('pgq.worker' in sys.modules)\n"
         "try:\n"
         "    pgq.NoSuchThing\n"

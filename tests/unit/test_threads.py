@@ -1,4 +1,4 @@
-"""The worker's thread pool for sync handlers (pgq.worker._Threads): no item is ever stranded,
+"""The worker's thread pool for sync handlers (pgq.worker.threads.Threads): no item is ever stranded,
 outcomes reach their futures, blocking handlers run side by side, and shutdown ends every thread.
 A blocking handler holds up neither the items nor the outcomes queued behind it."""
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pgq.worker import _Threads
+from pgq.worker.threads import Threads as _Threads
 
 
 def test_every_item_runs_once_with_its_outcome_under_racing_bursts() -> None:

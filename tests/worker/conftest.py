@@ -153,7 +153,7 @@ async def run_worker_until(
     return it. `before(queue)` runs once the worker task has started. Fails on timeout."""
     settings.setdefault("lease", 5.0)
     settings.setdefault("poll_interval", 0.5)
-    worker = app.worker(**settings)
+    worker = pgq.Worker(app, **settings)
     runner = asyncio.create_task(worker.run_async())
     try:
         async with pgq.AsyncQueue(app.dsn) as queue:

@@ -11,6 +11,8 @@ import sys
 
 import worker_app
 
+import pgq
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -25,7 +27,8 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
-    worker = worker_app.app.worker(
+    worker = pgq.Worker(
+        worker_app.app,
         queues=args.queues, concurrency=args.concurrency, lease=args.lease, poll_interval=args.poll_interval,
         drain_timeout=args.drain_timeout, claimed_by=args.name, rescue_interval=args.rescue_interval,
     )

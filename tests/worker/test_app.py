@@ -243,5 +243,5 @@ def test_worker_refuses_catch_up_longer_than_retention() -> None:
     app = make_app()
     app.periodic(every=60, catch_up=dt.timedelta(days=2))(lambda: None)
     with pytest.raises(InvalidJob, match="catch_up"):
-        app.worker(retention=dt.timedelta(days=1))
-    app.worker(retention=None)  # keeping jobs forever is fine
+        pgq.Worker(app, retention=dt.timedelta(days=1))
+    pgq.Worker(app, retention=None)  # keeping jobs forever is fine

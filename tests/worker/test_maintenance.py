@@ -15,7 +15,8 @@ import pytest
 import pgq
 from pgq import AsyncQueue, _ops, _sql
 from pgq.listener import Listener
-from pgq.maintenance import (
+from pgq.metrics import Metrics
+from pgq.worker.maintenance import (
     PERIODIC_LOCK_KEY,
     RESCUE_LOCK_KEY,
     RETENTION_LOCK_KEY,
@@ -23,7 +24,6 @@ from pgq.maintenance import (
     Rescuer,
     Retention,
 )
-from pgq.metrics import Metrics
 
 from .conftest import DB, FrozenClient, async_wait_for, freeze_mid_claim, run_worker_until, wait_for
 
@@ -321,7 +321,7 @@ def test_worker_keeps_working_when_its_listen_connection_dies(pgq_dsn: str, db: 
         pass
 
     async def main() -> None:
-        worker = app.worker(poll_interval=0.3, lease=5)
+        worker = pgq.Worker(app, poll_interval=0.3, lease=5)
         runner = asyncio.create_task(worker.run_async())
         try:
             async with AsyncQueue(pgq_dsn) as queue:

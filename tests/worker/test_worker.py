@@ -246,7 +246,7 @@ def test_notify_wakes_an_idle_worker_at_once(pgq_dsn: str) -> None:
         started.append(time.monotonic())
 
     async def main() -> list[float]:
-        worker = app.worker(poll_interval=30, lease=5)  # polling alone would take 24-36 s
+        worker = pgq.Worker(app, poll_interval=30, lease=5)  # polling alone would take 24-36 s
         runner = asyncio.create_task(worker.run_async())
         latencies = []
         try:
@@ -292,7 +292,7 @@ def test_scheduled_job_starts_on_time_without_fast_polling(pgq_dsn: str) -> None
         started.append(time.monotonic())
 
     async def main() -> float:
-        worker = app.worker(poll_interval=30, lease=5)
+        worker = pgq.Worker(app, poll_interval=30, lease=5)
         runner = asyncio.create_task(worker.run_async())
         try:
             async with AsyncQueue(pgq_dsn) as queue:
@@ -427,7 +427,7 @@ def test_stop_drains_running_jobs_to_completion(pgq_dsn: str, db: DB) -> None:
         return "finished"
 
     async def main() -> None:
-        worker = app.worker(drain_timeout=5, lease=5)
+        worker = pgq.Worker(app, drain_timeout=5, lease=5)
         runner = asyncio.create_task(worker.run_async())
         await slowish.defer_async()
         await asyncio.to_thread(started.wait, 5)
@@ -456,7 +456,7 @@ def test_drain_timeout_releases_unfinished_jobs_at_once(pgq_dsn: str, db: DB) ->
         await asyncio.sleep(30)
 
     async def main() -> pgq.Worker:
-        worker = app.worker(drain_timeout=0.3, lease=60)
+        worker = pgq.Worker(app, drain_timeout=0.3, lease=60)
         runner = asyncio.create_task(worker.run_async())
         await stuck.defer_async()
         await stuck_async.defer_async()
@@ -485,7 +485,7 @@ def test_abort_releases_at_once_even_with_a_long_drain_timeout(pgq_dsn: str, db:
         await asyncio.sleep(60)
 
     async def main() -> None:
-        worker = app.worker(drain_timeout=60, lease=60)
+        worker = pgq.Worker(app, drain_timeout=60, lease=60)
         runner = asyncio.create_task(worker.run_async())
         await forever.defer_async()
         await async_wait_for(lambda: asyncio.sleep(0, worker.stats["claimed"] == 1), 5, "the claim")
@@ -516,7 +516,7 @@ def test_released_sync_handler_returning_later_changes_nothing(pgq_dsn: str, db:
         return "too late"
 
     async def main() -> pgq.Worker:
-        worker = app.worker(drain_timeout=0.2, lease=60)
+        worker = pgq.Worker(app, drain_timeout=0.2, lease=60)
         runner = asyncio.create_task(worker.run_async())
         await stuck.defer_async()
         await asyncio.to_thread(started.wait, 5)
@@ -573,14 +573,14 @@ def test_sync_handler_raising_cancelled_or_system_exit_is_just_a_failure(pgq_dsn
 def test_worker_on_unmigrated_database_raises_not_migrated(pgq_empty_dsn: str) -> None:
     app = pgq.App(pgq_empty_dsn)
     with pytest.raises(pgq.NotMigrated):
-        asyncio.run(asyncio.wait_for(app.worker(maintenance=False).run_async(), 15))
+        asyncio.run(asyncio.wait_for(pgq.Worker(app, maintenance=False).run_async(), 15))
 
 
 def test_worker_runs_only_once(pgq_dsn: str) -> None:
     app = pgq.App(pgq_dsn)
 
     async def main() -> None:
-        worker = app.worker()
+        worker = pgq.Worker(app)
         worker.stop()  # before it runs: it starts, drains nothing, and returns
         await asyncio.wait_for(worker.run_async(), 10)
         with pytest.raises(pgq.PgqError, match="only once"):
@@ -658,7 +658,7 @@ def test_adaptive_prefetch_holds_few_jobs_with_big_payloads(
     1 MB payloads a worker peaked at 1 GB): the buffer holds at most PREFETCH_MAX_BYTES of payload at
     the size its claims brought. Lowered here to 256 kB, with payloads of 32 kB: 8 jobs, so a claim
     takes at most the 4 slots and those 8 (without the cap, claims grow past 100 here)."""
-    monkeypatch.setattr("pgq.worker.PREFETCH_MAX_BYTES", 256 * 1024)
+    monkeypatch.setattr("pgq.worker.prefetch.PREFETCH_MAX_BYTES", 256 * 1024)
     app = pgq.App(pgq_dsn)
 
     @app.task
@@ -704,7 +704,7 @@ def test_due_jobs_it_cannot_take_make_a_worker_back_off_not_spin(
             await queue.set_concurrency_limit("limited", 1)
             await queue.enqueue_many([pgq.JobSpec("limited", {"i": 1}), pgq.JobSpec("limited", {"i": 2})])
             [held] = await queue.claim(worker="elsewhere", limit=1, lease=60)  # the limit is reached
-            worker = app.worker(concurrency=4, poll_interval=1.0, lease=5)
+            worker = pgq.Worker(app, concurrency=4, poll_interval=1.0, lease=5)
             runner = asyncio.create_task(worker.run_async())
             await asyncio.sleep(1.5)
             spent = claims
@@ -735,7 +735,7 @@ def test_prefetched_jobs_wait_for_a_slot_and_go_back_at_shutdown(pgq_dsn: str, d
         running -= 1
 
     async def main() -> pgq.Worker:
-        worker = app.worker(concurrency=2, prefetch=3, drain_timeout=5, lease=60)
+        worker = pgq.Worker(app, concurrency=2, prefetch=3, drain_timeout=5, lease=60)
         runner = asyncio.create_task(worker.run_async())
         for _ in range(10):
             await slow.defer_async()
@@ -771,7 +771,7 @@ def _stall_acknowledgements(pgq_dsn: str, app: pgq.App, specs: list[pgq.JobSpec]
             # so it waits for this lock; claims do not touch that table.
             blocker = await psycopg.AsyncConnection.connect(pgq_dsn)
             await blocker.execute("LOCK TABLE pgq.key_watermarks IN SHARE MODE")
-            worker = app.worker(lease=30, poll_interval=0.2, **settings)
+            worker = pgq.Worker(app, lease=30, poll_interval=0.2, **settings)
             runner = asyncio.create_task(worker.run_async())
             try:
                 await async_wait_for(lambda: asyncio.sleep(0, len(runs) >= at_least), 10, f"{at_least} jobs run")
@@ -820,7 +820,7 @@ def test_claims_pause_sooner_for_big_payloads_while_acknowledgements_cannot_get_
     not `ack_batch` (1,000 by default: a gigabyte of 1 MB payloads) but twice the jobs the buffer's
     byte cap allows. Lowered here to 64 kB with payloads of 16 kB: the cap is the floor, the 4 slots,
     and the bound 8 finished jobs."""
-    monkeypatch.setattr("pgq.worker.PREFETCH_MAX_BYTES", 64 * 1024)
+    monkeypatch.setattr("pgq.worker.prefetch.PREFETCH_MAX_BYTES", 64 * 1024)
     app = pgq.App(pgq_dsn)
     runs: list[int] = []
 

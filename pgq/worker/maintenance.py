@@ -23,12 +23,12 @@ from typing import Final
 
 import psycopg
 
-from . import _ops
-from .app import Periodic
-from .client import AsyncQueue
-from .errors import NotMigrated, one_line
-from .metrics import Metrics
-from .models import JobSpec
+from .. import _ops
+from ..app import Periodic
+from ..client import AsyncQueue
+from ..errors import NotMigrated, one_line
+from ..metrics import Metrics
+from ..models import JobSpec
 
 __all__ = [
     "PERIODIC_LOCK_KEY",

@@ -1,0 +1,239 @@
+"""`Acknowledger`: sends finished jobs' outcomes to the database in batches, fenced by lease token.
+
+Outcomes (complete / fail / snooze) are queued by the runner and sent by one flush loop: at most one
+statement per kind of outcome per flush, `ack_delay` after the oldest pending one or as soon as
+`ack_batch` are pending. A flush that a connection error cut off is sent again after a pause (every
+acknowledgement is fenced, so resending is safe); a lease found lost is logged, never raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import psycopg
+
+from .. import _ops
+from ..client import AsyncQueue
+from ..errors import one_line
+from ..models import JSON, Claim, JobStatus
+from .outcome import job_extra
+from .state import WorkerState
+
+__all__ = ["Acknowledger", "Acks"]
+
+logger = logging.getLogger("pgq.worker")
+
+AckT = TypeVar("AckT")
+
+
+@dataclass(slots=True)
+class Acks:
+    """Outcomes waiting to be sent: completions (claim, result), failures (claim, error, retry_in,
+    final) and snoozes or releases (claim, delay)."""
+
+    completes: list[tuple[Claim, JSON]] = field(default_factory=list)
+    fails: list[tuple[Claim, str, float | None, bool]] = field(default_factory=list)
+    snoozes: list[tuple[Claim, float]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.completes) + len(self.fails) + len(self.snoozes)
+
+    def claims(self) -> Iterable[Claim]:
+        """Every claim in the batch."""
+        yield from (c for c, _ in self.completes)
+        yield from (c for c, _, _, _ in self.fails)
+        yield from (c for c, _ in self.snoozes)
+
+
+class Acknowledger:
+    """Batches and sends acknowledgements for one run of a worker (see the module docstring).
+
+    `acking`: ids in a flush being sent right now (the heartbeat leaves them alone). `idle` is set
+    while nothing is pending and nothing is being sent. Run `run()` as a task; `flush_all()` at
+    shutdown makes it send what is pending at once.
+    """
+
+    def __init__(self, state: WorkerState, queue: AsyncQueue) -> None:
+        self._state = state
+        self._queue = queue
+        self._delay = state.config.ack_delay
+        self._batch_size = state.config.ack_batch
+        self.pending = Acks()
+        self.acking: set[int] = set()
+        self._uncertain: set[int] = set()  # in a flush whose outcome a connection error hid
+        self._first_at = 0.0
+        self._event = asyncio.Event()  # something is pending
+        self._full = asyncio.Event()  # a batch is full: send now
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self._now = False  # shutdown: send without waiting for ack_delay
+
+    def complete(self, claim: Claim, result: JSON) -> None:
+        """Queue the completion of `claim` with `result`."""
+        self.pending.completes.append((claim, result))
+        self._pending()
+
+    def fail(self, claim: Claim, error: str, retry_in: float | None, final: bool) -> None:
+        """Queue a failure of `claim` (retried in `retry_in` seconds unless `final`)."""
+        self.pending.fails.append((claim, error, retry_in, final))
+        self._pending()
+
+    def snooze(self, claim: Claim, delay: float) -> None:
+        """Queue `claim`'s return to the queue in `delay` seconds, its attempt given back (0 at
+        shutdown: a release)."""
+        self.pending.snoozes.append((claim, delay))
+        self._pending()
+
+    def flush_all(self) -> None:
+        """Send everything pending at once, and from now on without waiting (shutdown)."""
+        self._now = True
+        if len(self.pending):
+            self._event.set()
+
+    def _pending(self) -> None:
+        if not self._event.is_set():
+            self._first_at = time.monotonic()
+            self._event.set()
+            self.idle.clear()
+        if len(self.pending) >= self._batch_size:
+            self._full.set()
+
+    async def run(self) -> None:
+        """The flush loop (runs until cancelled)."""
+        state = self._state
+        failures = 0
+        while True:
+            await self._event.wait()
+            wait = self._first_at + self._delay - time.monotonic()
+            if wait > 0 and not self._now and not self._full.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait):
+                        await self._full.wait()
+            batch, self.pending = self.pending, Acks()
+            self._event.clear()
+            self._full.clear()
+            unsent = await self._send(batch)
+            if len(unsent):
+                failures += 1
+                # Put them back in front of whatever arrived meanwhile and try again after a pause.
+                self.pending.completes[:0] = unsent.completes
+                self.pending.fails[:0] = unsent.fails
+                self.pending.snoozes[:0] = unsent.snoozes
+                self._pending()
+                delay = min(0.05 * 2 ** min(failures, 10), 2.0) * random.uniform(0.5, 1.0)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(delay):
+                        await state.aborting.wait()
+                continue
+            failures = 0
+            if not self._event.is_set():
+                self.idle.set()
+                if not state.acks_hold_claims():
+                    state.slot_freed()  # claims may have waited for this backlog to clear
+
+    async def _ack(self, op: _ops.Operation[AckT], items: Sequence[tuple[Any, ...]]) -> AckT | None:
+        """Run one acknowledgement statement; on a connection error report it and return None (the
+        caller keeps `items` to send again: every acknowledgement is fenced, so resending is safe)."""
+        try:
+            return await self._queue._run(op)
+        except (psycopg.OperationalError, psycopg.errors.QueryCanceled) as exc:
+            for item in items:
+                self._uncertain.add(item[0].id)
+            logger.warning("could not acknowledge %d jobs (%s); retrying", len(items), one_line(exc),
+                           extra={"event": "ack_retry"})
+            return None
+
+    async def _send(self, batch: Acks) -> Acks:
+        """Send a batch (one statement per kind of outcome); return what could not be sent."""
+        ids = [c.job.id for c in batch.claims()]
+        self.acking.update(ids)
+        unsent = Acks()
+        try:
+            if batch.completes and not await self._send_completes(batch.completes):
+                unsent.completes = batch.completes
+            if batch.fails and not await self._send_fails(batch.fails):
+                unsent.fails = batch.fails
+            if batch.snoozes and not await self._send_snoozes(batch.snoozes):
+                unsent.snoozes = batch.snoozes
+        except Exception:
+            # A bug, or bad data the database refused: never retried, never allowed to stop the
+            # worker. Those jobs keep their leases until they expire and are rescued.
+            logger.exception("acknowledging %d jobs failed; they will be rescued after their lease", len(ids),
+                             extra={"event": "ack_error"})
+            unsent_ids = {c.id for c in unsent.claims()}
+            for claim in batch.claims():
+                if claim.id not in unsent_ids:
+                    self._state.inflight.pop(claim.id, None)
+        finally:
+            self.acking.difference_update(ids)
+        return unsent
+
+    async def _send_completes(self, completes: list[tuple[Claim, JSON]]) -> bool:
+        done = await self._ack(_ops.complete([(c, r, None) for c, r in completes], raise_lost=False), completes)
+        if done is None:
+            return False
+        count = self._state.count
+        for claim, _ in completes:
+            status = done.get(claim.job.id)
+            if status is not None:
+                count("succeeded" if status == JobStatus.SUCCEEDED else "retried", claim.job)
+            self._settled(claim, status is not None, "complete")
+        return True
+
+    async def _send_fails(self, fails: list[tuple[Claim, str, float | None, bool]]) -> bool:
+        failed = await self._ack(_ops.fail(fails, raise_lost=False), fails)
+        if failed is None:
+            return False
+        state = self._state
+        for claim, _, retry_in, _ in fails:
+            job = failed.get(claim.id)
+            if job is not None:
+                if job.status == JobStatus.QUEUED:
+                    state.count("retried", claim.job)
+                    state.wake_at(retry_in if retry_in is not None else 1.0)
+                else:
+                    state.count("failed", claim.job)
+            self._settled(claim, job is not None, "fail")
+        return True
+
+    async def _send_snoozes(self, snoozes: list[tuple[Claim, float]]) -> bool:
+        snoozed = await self._ack(_ops.snooze(snoozes, raise_lost=False), snoozes)
+        if snoozed is None:
+            return False
+        state = self._state
+        for claim, delay in snoozes:
+            ok = claim.id in snoozed
+            if ok:
+                state.count("snoozed" if delay > 0 or not state.stopping.is_set() else "released", claim.job)
+                state.wake_at(delay)
+            self._settled(claim, ok, "snooze")
+        return True
+
+    def _settled(self, claim: Claim, ok: bool, operation: str) -> None:
+        # Once per acknowledged job: the id read once (Claim.id is a property), the set of uncertain
+        # ids (almost always empty) only looked at when it holds any.
+        job = claim.job
+        job_id = job.id
+        inflight = self._state.inflight
+        if inflight.get(job_id) is claim:
+            del inflight[job_id]
+        uncertain = False
+        if self._uncertain:
+            uncertain = job_id in self._uncertain
+            self._uncertain.discard(job_id)
+        if ok:
+            return
+        if uncertain:  # an earlier try may have gone through before the connection failed
+            logger.info("job %d %s: %s not applied: acknowledged before a connection error, or lease lost",
+                        job.id, job.kind, operation, extra=job_extra(job, "lease_lost"))
+            return
+        self._state.count("lost", job)
+        logger.warning("job %d %s: %s refused: lease lost (rescued after lease expiry, cancelled, or "
+                       "finished elsewhere)", job.id, job.kind, operation, extra=job_extra(job, "lease_lost"))

@@ -1,0 +1,209 @@
+"""`Runner`: runs each claimed job's handler in a slot and queues the acknowledgement of its outcome.
+
+An `async def` handler runs in a task of its own on the worker's loop; a plain `def` handler runs in
+the worker's daemon threads (`Threads`), so a slow handler never blocks claims, heartbeats or
+shutdown. A sync handler without a timeout needs no task at all: its thread hands the outcome back
+to the loop in a callback (a task awaits the ones with a timeout, and abandons them when late).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..app import Snooze, Task, _current, _job_context
+from ..errors import InvalidJob
+from ..models import Claim, Job, encode_json
+from .acks import Acknowledger
+from .outcome import FINISH_LEVELS, HandlerTimeout, Rejected, clip, failure, job_extra
+from .state import Running, WorkerState
+from .threads import Threads, retrieve
+
+__all__ = ["Runner"]
+
+logger = logging.getLogger("pgq.worker")
+
+
+class Runner:
+    """Runs handlers for one run of a worker; `start` puts a claimed job in a free slot."""
+
+    def __init__(self, state: WorkerState, tasks: Mapping[str, Task], threads: Threads,
+                 acks: Acknowledger) -> None:
+        self._state = state
+        self._tasks = tasks
+        self._threads = threads
+        self._acks = acks
+        self._running = state.running
+
+    def start(self, claim: Claim, claimed_at: float) -> None:
+        """Start `claim`'s handler (the caller made sure a slot is free)."""
+        job = claim.job
+        self._state.count("claimed", job)
+        run = Running(claim, claimed_at)
+        self._running[job.id] = run
+        task = self._tasks.get(job.kind)
+        if task is not None and not task.is_async and task.timeout is None:
+            # A sync handler that needs no timeout: straight to a thread, its outcome handled by a
+            # callback on the loop. No task or future per job, which for short handlers is a good
+            # part of the worker's own CPU time per job.
+            try:
+                kwargs = task.check_arguments(job.payload)
+            except InvalidJob:
+                pass  # _execute rejects it, with the reason
+            else:
+                self._log_start(job)
+                run.started = time.monotonic()
+                self._threads.call(sync_call(task, kwargs, run), functools.partial(self._sync_done, run, task))
+                return
+        run.task = asyncio.get_running_loop().create_task(self._execute(run))
+
+    def _log_start(self, job: Job) -> None:
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("job %d %s attempt %d/%d: started", job.id, job.kind, job.attempts, job.max_attempts,
+                         extra=job_extra(job, "job_start"))
+
+    async def _execute(self, run: Running) -> None:
+        claim = run.claim
+        job = claim.job
+        task = self._tasks.get(job.kind)
+        self._log_start(job)
+        run.started = time.monotonic()
+        outcome, error = "released", None
+        try:
+            value: Any = None
+            failed: BaseException | None = None
+            try:
+                if task is None:
+                    known = ", ".join(sorted(self._tasks)) or "none"
+                    raise Rejected(f"unknown task kind {job.kind!r}: no task of that name is registered in "
+                                   f"this worker's app (known: {known})")
+                try:
+                    kwargs = task.check_arguments(job.payload)
+                except InvalidJob as exc:
+                    raise Rejected(str(exc)) from None
+                value = await self._call(task, kwargs, run)
+            except asyncio.CancelledError as exc:
+                current = asyncio.current_task()
+                if run.released or (current is not None and current.cancelling()):
+                    raise
+                failed = exc  # raised by the handler itself: a failure like any other
+            except BaseException as exc:  # SystemExit, KeyboardInterrupt from a handler: still just a failure
+                failed = exc
+            outcome, error = self._conclude(claim, task, value, failed)
+        finally:
+            self.end_run(run, outcome, error)
+
+    def _sync_done(self, run: Running, task: Task, value: Any, failed: BaseException | None) -> None:
+        # On the loop, once a sync handler started by `start` returned or raised.
+        if run.released:  # handed back at shutdown while it ran (and reported then)
+            return
+        outcome, error = "released", None
+        try:
+            outcome, error = self._conclude(run.claim, task, value, failed)
+        finally:
+            self.end_run(run, outcome, error)
+
+    def _conclude(self, claim: Claim, task: Task | None, value: Any,
+                  failed: BaseException | None) -> tuple[str, str | None]:
+        """Queue the acknowledgement of an attempt that returned `value` or raised `failed`; return
+        its outcome and, for a failure, the error summary."""
+        if failed is None and isinstance(value, Snooze):
+            failed = value
+        if failed is None and value is not None:
+            try:
+                encode_json("result", value, None)
+            except InvalidJob as exc:
+                assert task is not None
+                failed = Rejected(f"task {task.name!r} returned a value that cannot be stored as its result: {exc}")
+        if failed is None:
+            self._acks.complete(claim, value)
+            return "succeeded", None
+        if isinstance(failed, Snooze):
+            self._acks.snooze(claim, failed.delay)
+            return "snoozed", None
+        if isinstance(failed, asyncio.CancelledError):  # from the handler, not a cancellation of ours
+            failed = RuntimeError("the handler raised CancelledError")
+        ack = failure(claim.job, task, failed)
+        self._acks.fail(claim, ack.error, ack.retry_in, ack.final)
+        return ack.outcome, ack.summary
+
+    def end_run(self, run: Running, outcome: str, error: str | None) -> None:
+        """`run` left its slot with `outcome`: free the slot, log the finish."""
+        state = self._state
+        job = run.claim.job
+        if self._running.get(job.id) is run:
+            del self._running[job.id]
+        seconds = time.monotonic() - run.started
+        if run.started:
+            state.prefetch.job_ran(seconds)
+        state.slot_freed()
+        self._log_finish(job, outcome, seconds, error)
+        if state.stopping.is_set():
+            state.run_ended.set()
+
+    async def _call(self, task: Task, kwargs: dict[str, Any], run: Running) -> Any:
+        if not task.is_async:  # with a timeout (`start` runs the others): awaited, abandoned when late
+            future = self._threads.submit(sync_call(task, kwargs, run))
+            done, _ = await asyncio.wait({future}, timeout=task.timeout)
+            if not done:
+                self._abandon(run, future)
+                raise HandlerTimeout(task.timeout)
+            return future.result()
+        token = _current.set(_job_context(run.claim, run.claimed_at))
+        try:
+            if task.timeout is None:
+                return await task.func(**kwargs)
+            try:
+                async with asyncio.timeout(task.timeout) as scope:
+                    return await task.func(**kwargs)
+            except TimeoutError:
+                if scope.expired():
+                    raise HandlerTimeout(task.timeout) from None
+                raise
+        finally:
+            _current.reset(token)
+
+    def _abandon(self, run: Running, future: asyncio.Future[Any]) -> None:
+        # A sync handler cannot be interrupted: its thread runs on, so its slot stays taken until it
+        # returns (the job itself is failed now, and its late result is dropped).
+        state = self._state
+        state.abandoned += 1
+        job = run.claim.job
+        logger.warning("job %d %s: sync handler abandoned after its timeout; its thread keeps a slot until "
+                       "it returns", job.id, job.kind, extra=job_extra(job, "job_abandon"))
+
+        def returned(late: asyncio.Future[Any]) -> None:
+            retrieve(late)  # nobody awaits it any more: no "exception was never retrieved" noise
+            state.abandoned -= 1
+            state.slot_freed()
+
+        future.add_done_callback(returned)
+
+    def _log_finish(self, job: Job, outcome: str, seconds: float, error: str | None) -> None:
+        if outcome != "released":
+            self._state.metrics.job_duration(job.queue, job.kind, seconds)
+        level = FINISH_LEVELS.get(outcome, logging.ERROR)
+        if not logger.isEnabledFor(level):
+            return
+        extra = job_extra(job, "job_finish")
+        extra.update(outcome=outcome, duration_ms=round(seconds * 1000, 3))
+        if error is None:
+            logger.log(level, "job %d %s attempt %d/%d: %s (%.1f ms)", job.id, job.kind, job.attempts,
+                       job.max_attempts, outcome, seconds * 1000, extra=extra)
+        else:
+            extra["error"] = error
+            logger.log(level, "job %d %s attempt %d/%d: %s (%.1f ms): %s", job.id, job.kind, job.attempts,
+                       job.max_attempts, outcome, seconds * 1000, clip(error, 500), extra=extra)
+
+
+def sync_call(task: Task, kwargs: dict[str, Any], run: Running) -> Callable[[], Any]:
+    """A sync handler's call, for a thread: in a copy of the current context in which
+    `current_job()` is this run's job."""
+    context = contextvars.copy_context()
+    context.run(_current.set, _job_context(run.claim, run.claimed_at))
+    return functools.partial(context.run, task.func, **kwargs)

@@ -1,0 +1,280 @@
+"""`Worker`: runs the tasks of an App; owns the parts of the worker and their lifetime.
+
+A run builds its parts around one `WorkerState`: the `Producer` (claims), the `Runner` (handlers in
+slots), the `Acknowledger` (batched, fenced acknowledgements), the `Heartbeat` (leases), the LISTEN
+connection (`pgq.listener.Listener`, wakes the producer), `Maintenance` (rescue, periodic enqueue,
+retention) and the metrics server; then it waits for a stop and runs `shut_down`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import signal
+import threading
+from collections.abc import Coroutine
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from .. import _ops
+from ..app import App
+from ..client import AsyncQueue, pool_kwargs
+from ..errors import InvalidJob, NotMigrated, PgqError
+from ..listener import Listener
+from ..metrics import BacklogReader, Metrics, MetricsServer
+from .acks import Acknowledger
+from .config import WorkerConfig
+from .leases import Heartbeat
+from .maintenance import Maintenance
+from .producer import Producer
+from .runner import Runner
+from .shutdown import shut_down
+from .state import COUNTERS, WorkerState
+from .threads import Threads
+
+__all__ = ["Worker"]
+
+logger = logging.getLogger("pgq.worker")
+
+
+class Worker:
+    """Runs the tasks of an App: claims their jobs, runs their handlers, acknowledges the outcomes,
+    keeps the leases alive, takes part in maintenance, and drains on shutdown.
+
+    `Worker(app, queues=["emails"], concurrency=8)`: settings as keywords (see `WorkerConfig`;
+    timedeltas are accepted), or a ready `WorkerConfig` as `config`, not both. Raises InvalidJob for
+    invalid settings; nothing connects until the worker runs.
+
+    `run()` blocks until the worker has shut down (it installs SIGTERM/SIGINT handlers: first signal
+    drains, second aborts); `await run_async()` does the same inside a running loop. A Worker runs
+    once. `stop()` and `abort()` may be called from any thread, before or while it runs. The worker
+    owns its connection pool and LISTEN connection and closes both. `run_async` raises NotMigrated
+    when the database has no pgq schema; database outages are survived, never raised.
+    """
+
+    def __init__(self, app: App, config: WorkerConfig | None = None, **settings: Any) -> None:
+        if config is not None and settings:
+            raise InvalidJob("give the worker's settings either as a WorkerConfig or as keywords, not both")
+        self.app = app
+        self.config = config if config is not None else WorkerConfig.build(**settings)
+        for p in app.periodic_tasks:
+            if self.config.maintenance and self.config.retention is not None and p.catch_up >= self.config.retention:
+                raise InvalidJob(
+                    f"periodic {p.name!r}: catch_up ({p.catch_up:g} s) must be shorter than the worker's "
+                    f"retention ({self.config.retention:g} s)"
+                )
+        self._started = False
+        self._early: str | None = None  # "stop" or "abort" requested before run
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
+        self._state: WorkerState | None = None
+        self._fatal: BaseException | None = None
+        self._counts: dict[str, int] = dict.fromkeys(COUNTERS, 0)
+        self.metrics = Metrics(self.config.claimed_by, queues=self.config.queues,
+                               concurrency=self.config.concurrency)
+        """The worker's Prometheus metrics (served when `metrics_port` is set; `render()` them anywhere)."""
+        self._metrics_server: MetricsServer | None = None
+
+    @property
+    def name(self) -> str:
+        """The worker's `claimed_by`."""
+        return self.config.claimed_by
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters since start: claimed, succeeded, retried, failed, snoozed, released, lost
+        (acknowledgements refused because the lease was lost). A copy; read from any thread."""
+        return dict(self._counts)
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """(host, port) the metrics server listens on while the worker runs; None without one."""
+        return self._metrics_server.address if self._metrics_server is not None else None
+
+    def run(self) -> None:
+        """Run until stopped by a signal or `stop()`; blocks. See the class docstring."""
+        asyncio.run(self.run_async(handle_signals=True))
+
+    def stop(self) -> None:
+        """Request a graceful shutdown (drain); returns at once. Thread-safe; idempotent."""
+        self._request("stop")
+
+    def abort(self) -> None:
+        """Request an immediate shutdown: running jobs are released at once. Thread-safe."""
+        self._request("abort")
+
+    def _request(self, what: str) -> None:
+        loop, state = self._loop, self._state
+        if loop is None or state is None:
+            if self._early != "abort":
+                self._early = what
+            return
+        action = state.begin_stop if what == "stop" else state.begin_abort
+        if threading.get_ident() == self._loop_thread:
+            action()
+        else:
+            with contextlib.suppress(RuntimeError):  # loop closed: already stopped
+                loop.call_soon_threadsafe(action)
+
+    async def run_async(self, *, handle_signals: bool = False) -> None:
+        """Run in the current event loop until stopped; see the class docstring.
+
+        `handle_signals`: install SIGTERM/SIGINT handlers (main thread only) for the duration.
+        Raises PgqError when the worker already ran, NotMigrated when the schema is missing.
+        """
+        if self._started:
+            raise PgqError("a Worker runs only once; build another one")
+        self._started = True
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        dsn = cfg.dsn or self.app.dsn
+        pgbouncer = self.app.pgbouncer if cfg.pgbouncer is None else cfg.pgbouncer
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            dsn, min_size=min(2, cfg.effective_pool_size), max_size=cfg.effective_pool_size,
+            kwargs={**self.app.connect_kwargs, **pool_kwargs(pgbouncer)}, open=False,
+            name=f"pgq-worker-{cfg.claimed_by}", timeout=5.0, configure=_ops.configure_connection_async,
+        )
+        # The queue keeps one connection out of the pool for the next call (while it is free), and its
+        # cursor with it: an idle worker's claim then finds its loaders and dumpers ready.
+        queue = AsyncQueue(pool, keep_connection=True)
+        threads = Threads(loop, cfg.concurrency, f"pgq-{cfg.claimed_by}")
+        state = self._begin(loop)
+        acks = Acknowledger(state, queue)
+        runner = Runner(state, self.app.tasks, threads, acks)
+        state.start = runner.start
+        producer = Producer(state, queue, acks, self.app.tasks, self._fail_fatally)
+        await pool.open()
+        self.app._bind_async_queue(loop, queue)
+        installed = self._install_signals(loop) if handle_signals else []
+        background: list[asyncio.Task[Any]] = []
+        try:
+            listener = self._listener(producer, dsn, pgbouncer)
+            self._watch(state, listener)
+            if cfg.metrics_port is not None:
+                self._start_metrics(dsn)
+            logger.info("worker %s started: queues %s, concurrency %d, lease %g s", cfg.claimed_by,
+                        ", ".join(cfg.queues) if cfg.queues else "(all)", cfg.concurrency, cfg.lease,
+                        extra={"event": "worker_start", "worker": cfg.claimed_by})
+            background.append(self._spawn(acks.run(), "flusher"))
+            background.append(self._spawn(Heartbeat(state, queue, acks).run(), "heartbeat"))
+            if listener is not None:
+                background.append(self._spawn(listener.run(), "listener"))
+            if cfg.maintenance:
+                maintenance = Maintenance(queue, self.app.periodic_tasks,
+                                          rescue_interval=cfg.effective_rescue_interval,
+                                          retention=cfg.retention, retention_interval=cfg.retention_interval,
+                                          metrics=self.metrics, stalled_after=cfg.lease / 2)
+                background.append(self._spawn(maintenance.run(), "maintenance"))
+            producing = self._spawn(producer.run(), "producer")
+            background.append(producing)
+            await state.stopping.wait()
+            await shut_down(state, producing, acks, runner)
+        finally:
+            for run in state.running.values():  # only left when run_async itself was cancelled
+                if run.task is not None:
+                    run.task.cancel()
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+            self.app._bind_async_queue(loop, None)
+            threads.shutdown()
+            if self._metrics_server is not None:
+                await asyncio.to_thread(self._metrics_server.stop)
+            await queue.close()  # gives the kept connection back; the pool is closed next
+            await pool.close(timeout=2.0)
+            logger.info("worker %s stopped: %s", cfg.claimed_by,
+                        ", ".join(f"{k} {v}" for k, v in self._counts.items()),
+                        extra={"event": "worker_stop", "worker": cfg.claimed_by, **self._counts})
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _begin(self, loop: asyncio.AbstractEventLoop) -> WorkerState:
+        """The state of this run, with a stop or abort requested before it applied."""
+        state = WorkerState(self.config, self.metrics, self._counts, start=_not_ready)
+        self._loop, self._loop_thread, self._state = loop, threading.get_ident(), state
+        if self._early == "abort":
+            state.begin_abort()
+        elif self._early == "stop":
+            state.begin_stop()
+        return state
+
+    def _listener(self, producer: Producer, dsn: str, pgbouncer: bool) -> Listener | None:
+        """The LISTEN connection that wakes the producer, or None when the worker polls only."""
+        cfg = self.config
+        if not cfg.listen:
+            return None
+        if pgbouncer and cfg.listen_dsn is None:
+            logger.info("worker %s: behind PgBouncer (transaction pooling) with no listen_dsn: no LISTEN, "
+                        "polling every %g s", cfg.claimed_by, cfg.poll_interval,
+                        extra={"event": "worker_poll_only", "worker": cfg.claimed_by})
+            return None
+        return Listener(cfg.listen_dsn or dsn, on_notify=producer.on_notify, on_connect=producer.on_listen,
+                        connect_kwargs=self.app.connect_kwargs)
+
+    def _start_metrics(self, dsn: str) -> None:
+        cfg = self.config
+        assert cfg.metrics_port is not None
+        reader = BacklogReader(dsn, queues=cfg.queues, connect_kwargs=self.app.connect_kwargs)
+        self._metrics_server = MetricsServer(self.metrics, cfg.metrics_host, cfg.metrics_port, reader)
+        self._metrics_server.start()  # PgqError when the port is taken: the worker does not start
+        host, port = self._metrics_server.address
+        logger.info("serving metrics at http://%s:%d/metrics", host, port, extra={"event": "metrics_start"})
+
+    def _watch(self, state: WorkerState, listener: Listener | None) -> None:
+        self.metrics.watch(running=lambda: len(state.running), prefetched=lambda: len(state.held),
+                           listen_connected=lambda: listener.connected if listener is not None else None,
+                           listen_reconnects=lambda: listener.reconnects if listener is not None else 0)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro, name=f"pgq-{name}")
+        task.add_done_callback(functools.partial(self._background_done, name))
+        return task
+
+    def _background_done(self, name: str, task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is None:
+            return
+        if not isinstance(exc, NotMigrated):
+            logger.critical("worker %s: %s task crashed; stopping", self.config.claimed_by, name, exc_info=exc,
+                            extra={"event": "worker_crash"})
+        self._fail_fatally(exc)
+
+    def _fail_fatally(self, exc: BaseException) -> None:
+        if self._fatal is None:
+            self._fatal = exc
+        if self._state is not None:
+            self._state.begin_abort()
+
+    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> list[int]:
+        if threading.current_thread() is not threading.main_thread():
+            logger.warning("not in the main thread: SIGTERM/SIGINT handlers not installed")
+            return []
+        installed: list[int] = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+            installed.append(sig)
+        return installed
+
+    def _on_signal(self, sig: int) -> None:
+        state = self._state
+        assert state is not None
+        name = signal.Signals(sig).name
+        if not state.stopping.is_set():
+            logger.info("%s received: draining (up to %g s); send it again to abort", name,
+                        self.config.drain_timeout, extra={"event": "worker_signal"})
+            state.begin_stop()
+        else:
+            logger.warning("%s received again: aborting, releasing running jobs now", name,
+                           extra={"event": "worker_signal"})
+            state.begin_abort()
+
+
+def _not_ready(*_: object) -> None:
+    raise AssertionError("the worker's runner is not set up yet")
