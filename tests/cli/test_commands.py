@@ -329,7 +329,7 @@ def test_purge_zero_deletes_every_finished_job(cli: CLI, pgq_dsn: str, pgq_queue
 def test_purge_reports_progress_on_stderr_for_long_runs(cli: CLI, pgq_dsn: str, pgq_queue: Queue, db: SQL,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     _finished_jobs(pgq_queue, db, {"a": "1 day"})
-    monkeypatch.setattr(pgq.cli, "PROGRESS_AFTER_S", 0.0)  # every run counts as long
+    monkeypatch.setattr(pgq.cli.purge, "PROGRESS_AFTER_S", 0.0)  # every run counts as long
     result = cli("purge", "--older-than", "1h", "--dsn", pgq_dsn)
     assert result.code == 0 and result.out == "deleted 1 job(s) that finished more than 1h ago\n"
     assert result.err_lines and result.err_lines[0].startswith("pgq: purge: 1 jobs deleted so far")

@@ -15,6 +15,7 @@ running the demo again on the same database starts afresh.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import dataclasses
@@ -28,15 +29,22 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from . import migrate
-from .app import App, Backoff
-from .cli import DEMO_QUEUE, CliError, TextLogFormatter, describe_dsn, format_status, render_table
-from .client import AsyncQueue, Queue
-from .embedded import start_embedded
-from .models import Job, JobSpec, JobStatus
-from .worker import Worker
+from .. import migrate
+from ..app import App, Backoff
+from ..client import AsyncQueue, Queue
+from ..embedded import start_embedded
+from ..models import Job, JobSpec, JobStatus
+from ..worker import Worker
+from .args import int_range
+from .common import ENV_DSN, CliError, Commands, Formatter, connect_dsn, describe_dsn, dsn_parent, resolve_dsn
+from .logs import TextLogFormatter
+from .render import render_table
+from .status import format_status
 
-__all__ = ["DEMO_QUEUE", "KINDS", "DemoPlan", "DemoState", "build_app", "run_demo"]
+__all__ = ["DEMO_QUEUE", "KINDS", "DemoPlan", "DemoState", "build_app", "register", "run_demo"]
+
+DEMO_QUEUE = "pgq-demo"
+"""The queue `pgq demo` uses, so its jobs never mix with real ones."""
 
 KINDS = ("demo.quick", "demo.flaky", "demo.dedupe", "demo.rebuild")
 WORKER_CONCURRENCY = 4
@@ -371,3 +379,41 @@ def _report(out: TextIO, plan: DemoPlan, state: DemoState, run: DemoRun, jobs: d
         print(f"\n  something did not go as expected: finished={run.finished}, all succeeded={all_succeeded}, "
               f"handler runs {dict(state.runs)} (expected {expected_runs})", file=out)
     return ok
+
+
+def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
+    """Add this command to `commands` (`dsn`: the parent parser with --dsn and --pgbouncer)."""
+    p = commands.add_parser(
+        "demo",
+        parents=[
+            dsn_parent(
+                f"database to run the demo in (default: ${ENV_DSN}; with neither, an embedded "
+                "PostgreSQL is started in a temporary directory and removed afterwards); it is "
+                f"migrated if needed and the demo's jobs stay in queue {DEMO_QUEUE!r}"
+            )
+        ],
+        formatter_class=Formatter,
+        help="run a demo: a producer and workers, then a report of what happened",
+        description=(
+            "Enqueue jobs of a small demo App, run workers on them in this process, and report what\n"
+            "happened: outcomes per task, retries, deduplicated enqueues, a watermark re-run, throughput."
+        ),
+    )
+    p.add_argument(
+        "--jobs", metavar="N", type=int_range("jobs", 10, 100_000), default=200,
+        help="number of jobs to enqueue, 10..100000 (default: 200)",
+    )
+    p.add_argument(
+        "--workers", metavar="N", type=int_range("workers", 1, 16), default=2,
+        help="workers to run, 1..16 (default: 2)",
+    )
+    p.set_defaults(handler=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """`pgq demo`: see run_demo."""
+
+    raw = resolve_dsn(args, required=False)
+    return run_demo(
+        dsn=None if raw is None else connect_dsn(raw), jobs=args.jobs, workers=args.workers, out=sys.stdout
+    )

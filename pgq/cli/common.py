@@ -1,0 +1,168 @@
+"""What every `pgq` command shares: exit statuses, the one-line error, the help formatter, the
+`--dsn` option and how a command connects (fail-fast timeout, schema check, a small Queue)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from typing import TypeAlias, cast
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from ..client import Queue
+
+__all__ = [
+    "CONNECT_TIMEOUT_S",
+    "ENV_DSN",
+    "EXIT_ERROR",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "PGBOUNCER_HELP",
+    "CliError",
+    "Commands",
+    "Formatter",
+    "check_database",
+    "connect_dsn",
+    "describe_dsn",
+    "dsn_parent",
+    "fail",
+    "one_line",
+    "open_queue",
+    "resolve_dsn",
+]
+
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+"""The sub-command registry each command module adds itself to."""
+
+ENV_DSN = "PGQ_DSN"
+CONNECT_TIMEOUT_S = 5
+"""Seconds to wait for a connection before giving up (libpq's connect_timeout), unless the DSN says."""
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+class CliError(Exception):
+    """An expected failure of a command: reported as one line ``pgq: error: <message>``, exit `code`."""
+
+    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def one_line(exc: BaseException | str) -> str:
+    """Return an error message on one line: its lines stripped and joined with "; "."""
+    lines = [line.strip() for line in str(exc).splitlines()]
+    return "; ".join(line for line in lines if line) or type(exc).__name__
+
+
+def fail(message: str, code: int) -> int:
+    """Print `message` as ``pgq: error: <message>`` on stderr; return `code`."""
+    print(f"pgq: error: {message}", file=sys.stderr)
+    return code
+
+
+class Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the line breaks of descriptions and epilogs; wraps option help as usual."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=32, width=min(100, _terminal_width()))
+
+
+def _terminal_width() -> int:
+    try:
+        return os.get_terminal_size().columns
+    except OSError:
+        return 100
+
+
+PGBOUNCER_HELP = "the DSN is a PgBouncer in transaction pooling mode: prepare no statements"
+
+
+def dsn_parent(dsn_help: str | None = None, *, pgbouncer_help: str | None = None) -> argparse.ArgumentParser:
+    """A parent parser with `--dsn` (help `dsn_help`, or the usual one) and, given `pgbouncer_help`,
+    `--pgbouncer`."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--dsn",
+        metavar="DSN",
+        default=None,
+        help=dsn_help
+        or f"database to use: a libpq connection string or postgresql:// URL (default: ${ENV_DSN})",
+    )
+    if pgbouncer_help:
+        parent.add_argument("--pgbouncer", action="store_true", help=pgbouncer_help)
+    return parent
+
+
+def resolve_dsn(args: argparse.Namespace, *, required: bool = True) -> str | None:
+    """Return the DSN of `--dsn`, else of $PGQ_DSN (an empty value counts as unset).
+
+    With `required`, raises CliError (exit 2) when neither is given.
+    """
+    dsn = args.dsn or os.environ.get(ENV_DSN) or None
+    if dsn is None and required:
+        raise CliError(f"no database given: pass --dsn DSN or set {ENV_DSN}", EXIT_USAGE)
+    return dsn
+
+
+def connect_dsn(dsn: str) -> str:
+    """Return `dsn` with ``connect_timeout`` set to CONNECT_TIMEOUT_S unless it sets one itself.
+
+    The result is a key=value connection string. Raises CliError (exit 2) for a DSN libpq cannot
+    parse; the message never repeats the DSN, which may hold a password.
+    """
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise CliError(f"invalid DSN: {one_line(exc)}", EXIT_USAGE) from None
+    if params.get("connect_timeout"):
+        return make_conninfo(dsn)
+    return make_conninfo(dsn, connect_timeout=CONNECT_TIMEOUT_S)
+
+
+def describe_dsn(dsn: str) -> str:
+    """Describe the database of `dsn` for messages (name, host, port), never showing a password."""
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "the database"
+    name = params.get("dbname") or params.get("user") or "(default)"
+    host = str(params.get("host") or "localhost")
+    where = host if host.startswith("/") else f"{host}:{params.get('port') or 5432}"
+    return f'database "{name}" on {where}'
+
+
+def check_database(dsn: str) -> None:
+    """Connect to `dsn` (fail-fast timeout applied by the caller) and check pgq's schema is current.
+
+    Raises CliError when the database cannot be reached and NotMigrated (whose message says to run
+    `pgq migrate`) when its schema is missing or outdated.
+    """
+    from .. import migrate
+
+    try:
+        conn = psycopg.connect(dsn, autocommit=True)
+    except psycopg.OperationalError as exc:
+        raise CliError(f"cannot connect to the database: {one_line(exc)}") from None
+    with conn:
+        migrate.ensure_migrated(conn)
+
+
+@contextlib.contextmanager
+def open_queue(args: argparse.Namespace) -> Iterator[Queue]:
+    """Yield a Queue on the command's database, after checking it is reachable and migrated.
+
+    Raises CliError (no DSN, bad DSN, unreachable) or NotMigrated before yielding.
+    """
+    dsn = connect_dsn(cast(str, resolve_dsn(args)))
+    check_database(dsn)
+    # A small pool: a command runs its statements one after another. Its wait for a connection is
+    # bounded too, should the server go away after the check.
+    with Queue(dsn, min_size=1, max_size=2, timeout=2 * CONNECT_TIMEOUT_S, pgbouncer=args.pgbouncer) as queue:
+        yield queue

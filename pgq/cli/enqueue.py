@@ -1,0 +1,92 @@
+"""`pgq enqueue KIND`: enqueue one job and print its id."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, NoReturn
+
+from ..models import PRIORITY_MAX, PRIORITY_MIN, JobSpec
+from .args import BIGINT_MAX, int_range, seconds_arg
+from .common import EXIT_OK, EXIT_USAGE, CliError, Commands, Formatter, one_line, open_queue
+
+__all__ = ["parse_payload", "register"]
+
+
+def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
+    """Add this command to `commands` (`dsn`: the parent parser with --dsn and --pgbouncer)."""
+    p = commands.add_parser(
+        "enqueue",
+        parents=[dsn],
+        formatter_class=Formatter,
+        help="enqueue one job and print its id",
+        description=(
+            "Enqueue one job and print its id. With --dedupe-key, when an active job of the queue\n"
+            "already holds the key, nothing is created and that job's id is printed."
+        ),
+    )
+    p.add_argument("kind", metavar="KIND", help="the task to run, e.g. email.send")
+    p.add_argument(
+        "--payload", metavar="JSON", default=None,
+        help="the job's arguments as a JSON value, usually an object (default: {})",
+    )
+    p.add_argument("--queue", metavar="Q", default="default", help="queue (default: default)")
+    p.add_argument(
+        "--priority", metavar="N", type=int_range("priority", PRIORITY_MIN, PRIORITY_MAX), default=0,
+        help=f"lower runs first, {PRIORITY_MIN}..{PRIORITY_MAX} (default: 0)",
+    )
+    p.add_argument(
+        "--delay", metavar="SECONDS", type=seconds_arg("delay", positive=False), default=None,
+        help="run no earlier than this many seconds from now (default: at once)",
+    )
+    p.add_argument(
+        "--dedupe-key", metavar="K", default=None,
+        help="at most one active (queued or running) job of the queue holds key K",
+    )
+    p.add_argument(
+        "--watermark", metavar="N", type=int_range("watermark", -BIGINT_MAX - 1, BIGINT_MAX), default=None,
+        help="input version for a deduplicated job: a higher one arriving while the job runs makes "
+        "it run once more; one already processed creates nothing (needs --dedupe-key)",
+    )
+    p.add_argument(
+        "--max-attempts", metavar="N", type=int_range("max attempts", 1, 32_767), default=None,
+        help="attempts before the job fails for good (default: the database default)",
+    )
+    p.set_defaults(handler=cmd_enqueue)
+
+
+def parse_payload(text: str | None) -> Any:
+    """Parse `--payload` JSON text (None means no payload); raise CliError (exit 2) for bad JSON.
+
+    NaN and infinities are rejected like any other non-JSON text.
+    """
+    if text is None:
+        return None
+
+    def reject_constant(name: str) -> NoReturn:
+        raise ValueError(f"{name} is not valid JSON")
+
+    try:
+        return json.loads(text, parse_constant=reject_constant)
+    except ValueError as exc:  # json.JSONDecodeError is a ValueError
+        raise CliError(f"--payload is not valid JSON: {one_line(exc)}", EXIT_USAGE) from None
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    """`pgq enqueue KIND`: validate everything before connecting, enqueue, print the job id."""
+    if args.watermark is not None and args.dedupe_key is None:
+        raise CliError("--watermark needs --dedupe-key", EXIT_USAGE)
+    spec = JobSpec(
+        args.kind,
+        parse_payload(args.payload),
+        queue=args.queue,
+        priority=args.priority,
+        delay=args.delay,
+        dedupe_key=args.dedupe_key,
+        watermark=args.watermark,
+        max_attempts=args.max_attempts,
+    )
+    with open_queue(args) as queue:
+        [job_id] = queue.enqueue_many([spec])
+    print(job_id)
+    return EXIT_OK

@@ -1,0 +1,176 @@
+"""`pgq jobs list|show|retry|cancel`: find, inspect and manage jobs."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+
+from .. import _sql
+from ..client import Queue
+from ..models import Job, JobStatus
+from .args import int_range, job_id, status_arg
+from .common import EXIT_OK, CliError, Commands, Formatter, open_queue
+from .render import cell, format_relative, jsonable, render_table
+
+JOBS_LIST_DEFAULT_LIMIT = 50
+JOBS_LIST_MAX_LIMIT = 100_000
+
+__all__ = ["format_job", "register"]
+
+
+def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
+    """Add this command to `commands` (`dsn`: the parent parser with --dsn and --pgbouncer)."""
+    p = commands.add_parser(
+        "jobs",
+        formatter_class=Formatter,
+        help="list, show, retry or cancel jobs",
+        description="List, show, retry or cancel jobs.",
+    )
+    jobs = p.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)
+
+    q = jobs.add_parser(
+        "list",
+        parents=[dsn],
+        formatter_class=Formatter,
+        help="list jobs, newest first",
+        description="List jobs matching every given filter, newest first.",
+    )
+    q.add_argument(
+        "--status", metavar="S", type=status_arg,
+        help=f"only jobs in status S: {', '.join(s.value for s in JobStatus)}",
+    )
+    q.add_argument("--queue", metavar="Q", help="only jobs of queue Q (an error if Q holds no jobs at all)")
+    q.add_argument("--kind", metavar="K", help="only jobs of kind K")
+    q.add_argument(
+        "--limit", metavar="N", type=int_range("limit", 1, JOBS_LIST_MAX_LIMIT), default=JOBS_LIST_DEFAULT_LIMIT,
+        help=f"show at most N jobs, 1..{JOBS_LIST_MAX_LIMIT} (default: {JOBS_LIST_DEFAULT_LIMIT})",
+    )
+    q.add_argument("--json", action="store_true", help="print a JSON array of jobs instead of a table")
+    q.set_defaults(handler=cmd_jobs_list)
+
+    q = jobs.add_parser(
+        "show", parents=[dsn], formatter_class=Formatter, help="show every field of one job",
+        description="Show every field of one job; payload and result as indented JSON.",
+    )
+    q.add_argument("id", metavar="ID", type=job_id, help="job id")
+    q.add_argument("--json", action="store_true", help="print the job as one JSON object")
+    q.set_defaults(handler=cmd_jobs_show)
+
+    q = jobs.add_parser(
+        "retry", parents=[dsn], formatter_class=Formatter, help="queue a failed or cancelled job again",
+        description="Queue a failed or cancelled job again, with fresh attempts, due now.",
+    )
+    q.add_argument("id", metavar="ID", type=job_id, help="job id")
+    q.set_defaults(handler=cmd_jobs_retry)
+
+    q = jobs.add_parser(
+        "cancel", parents=[dsn], formatter_class=Formatter, help="cancel a queued or running job",
+        description=(
+            "Cancel a queued or running job. A running job's handler is not interrupted, but its\n"
+            "worker can no longer finish it (the attempt's lease is revoked)."
+        ),
+    )
+    q.add_argument("id", metavar="ID", type=job_id, help="job id")
+    q.set_defaults(handler=cmd_jobs_cancel)
+
+
+def _queue_exists(queue: Queue, name: str) -> bool:
+    with queue.pool.connection() as conn:
+        row = conn.execute(_sql.query("queue_exists"), {"queue": name}).fetchone()
+    return bool(row and row[0])
+
+
+def cmd_jobs_list(args: argparse.Namespace) -> int:
+    """`pgq jobs list`: jobs matching the filters, newest first, as a table or JSON."""
+    with open_queue(args) as queue:
+        found = queue.list(status=args.status, queue=args.queue, kind=args.kind, limit=args.limit)
+        if not found and args.queue is not None and not _queue_exists(queue, args.queue):
+            raise CliError(f"no such queue: {args.queue!r} holds no jobs")
+    if args.json:
+        print(json.dumps([jsonable(dataclasses.asdict(job)) for job in found], indent=2))
+        return EXIT_OK
+    if not found:
+        print("no jobs match")
+        return EXIT_OK
+    now = dt.datetime.now(dt.UTC)
+    rows = [
+        [
+            str(job.id),
+            cell(job.queue, 24),
+            cell(job.kind, 32),
+            job.status.value,
+            f"{job.attempts}/{job.max_attempts}",
+            str(job.priority),
+            format_relative(job.created_at, now),
+            format_relative(job.run_at, now) if job.status is JobStatus.QUEUED else "-",
+            cell(job.last_error or "", 48),
+        ]
+        for job in found
+    ]
+    headers = ("ID", "QUEUE", "KIND", "STATUS", "ATTEMPTS", "PRIORITY", "CREATED", "RUN AT", "LAST ERROR")
+    print(render_table(headers, rows, right=(0, 4, 5)))
+    return EXIT_OK
+
+
+def format_job(job: Job) -> str:
+    """Render every field of `job`, one per line; payload, result and last_error as indented blocks."""
+    lines: list[str] = []
+    width = max(len(f.name) for f in dataclasses.fields(job)) + 2
+    for f in dataclasses.fields(job):
+        value = getattr(job, f.name)
+        label = f"{f.name}:".ljust(width)
+        if f.name in ("payload", "result"):
+            text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+            if "\n" in text:
+                lines.append(label.rstrip())
+                lines.extend("  " + line for line in text.splitlines())
+                continue
+            lines.append(label + text)
+        elif f.name == "last_error" and value and "\n" in value:
+            lines.append(label.rstrip())
+            lines.extend("  " + cell(line) for line in value.splitlines())
+        elif f.name == "attempts":
+            lines.append(f"{label}{value} of {job.max_attempts}")
+        elif isinstance(value, dt.datetime):
+            lines.append(label + value.isoformat(sep=" ", timespec="milliseconds"))
+        elif value is None:
+            lines.append(label + "-")
+        else:
+            lines.append(label + cell(str(value)))
+    return "\n".join(lines)
+
+
+def _get_job(queue: Queue, job_id: int) -> Job:
+    job = queue.get(job_id)
+    if job is None:
+        raise CliError(f"job {job_id} not found")
+    return job
+
+
+def cmd_jobs_show(args: argparse.Namespace) -> int:
+    """`pgq jobs show ID`: every field of one job; exit 1 when it does not exist."""
+    with open_queue(args) as queue:
+        job = _get_job(queue, args.id)
+    if args.json:
+        print(json.dumps(jsonable(dataclasses.asdict(job)), indent=2, ensure_ascii=False))
+    else:
+        print(format_job(job))
+    return EXIT_OK
+
+
+def cmd_jobs_retry(args: argparse.Namespace) -> int:
+    """`pgq jobs retry ID`: queue a failed or cancelled job again (NotFound / InvalidState: exit 1)."""
+    with open_queue(args) as queue:
+        job = queue.retry(args.id)
+    print(f"job {job.id} ({cell(job.kind)}) is queued again, {job.max_attempts} attempt(s) left")
+    return EXIT_OK
+
+
+def cmd_jobs_cancel(args: argparse.Namespace) -> int:
+    """`pgq jobs cancel ID`: cancel a queued or running job (NotFound / InvalidState: exit 1)."""
+    with open_queue(args) as queue:
+        job = queue.cancel(args.id)
+    print(f"job {job.id} ({cell(job.kind)}) is cancelled")
+    return EXIT_OK

@@ -1,0 +1,79 @@
+"""Log output of `pgq worker`: one line per event, as readable text or JSON."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import sys
+from typing import Any, TextIO
+
+__all__ = ["JsonLogFormatter", "TextLogFormatter", "setup_logging"]
+
+
+# Attributes every LogRecord has; anything else on a record came from `extra=` and is logged as a field.
+_RECORD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+
+
+def _extra_fields(record: logging.LogRecord) -> dict[str, Any]:
+    return {k: v for k, v in vars(record).items() if k not in _RECORD_ATTRS and not k.startswith("_")}
+
+
+def _timestamp(record: logging.LogRecord) -> str:
+    stamp = dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds")
+    return stamp.replace("+00:00", "Z")
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line: ts (UTC, ISO 8601), level, logger, message, the record's `extra`
+    fields, and `exception` (the formatted traceback) when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Return the record as one line of JSON (values json cannot encode are given as str)."""
+        out: dict[str, Any] = {
+            "ts": _timestamp(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        out.update(_extra_fields(record))
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            out["exception"] = record.exc_text
+        return json.dumps(out, default=str, ensure_ascii=False)
+
+
+class TextLogFormatter(logging.Formatter):
+    """One readable line per event: ``TS LEVEL logger: message key=value ...``; values with spaces or
+    quotes are JSON-quoted, and a traceback becomes an escaped ``exception="..."`` field, so an event
+    never spans several lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Return the record as one line of text."""
+        message = record.getMessage().replace("\n", "\\n")
+        parts = [f"{_timestamp(record)} {record.levelname:<7} {record.name}: {message}"]
+        fields = _extra_fields(record)
+        if record.exc_info:
+            fields["exception"] = self.formatException(record.exc_info)
+        parts.extend(f"{k}={_logfmt(v)}" for k, v in fields.items())
+        return " ".join(parts)
+
+
+def _logfmt(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+    if text and not any(ch.isspace() or ch in "\"=\\" or not ch.isprintable() for ch in text):
+        return text
+    return json.dumps(text, ensure_ascii=False)
+
+
+def setup_logging(level: str, fmt: str, stream: TextIO | None = None) -> None:
+    """Send every log record at `level` or above to `stream` (default: stderr) as one line each, in
+    `fmt` "text" or "json". Replaces the root logger's handlers."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonLogFormatter() if fmt == "json" else TextLogFormatter())
+    root = logging.getLogger()
+    for old in root.handlers[:]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)

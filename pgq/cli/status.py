@@ -1,0 +1,72 @@
+"""`pgq status`: a table of the queues (or JSON)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .common import EXIT_OK, Commands, Formatter, open_queue
+from .render import cell, format_age, jsonable, render_table, seconds_of
+
+__all__ = ["STATUS_COLUMNS", "format_status", "register"]
+
+
+def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
+    """Add this command to `commands` (`dsn`: the parent parser with --dsn and --pgbouncer)."""
+    p = commands.add_parser(
+        "status",
+        parents=[dsn],
+        formatter_class=Formatter,
+        help="show a table of the queues",
+        description=(
+            "Show one row per queue that holds jobs:\n"
+            "  READY      queued jobs due now          SCHEDULED  queued jobs due later\n"
+            "  RUNNING    claimed by a worker          EXPIRED    running, lease expired (to be rescued)\n"
+            "  FAILED     failed for good              OLDEST     age of the oldest ready job\n"
+            "  DONE/MIN   jobs that succeeded in the last minute (throughput)"
+        ),
+    )
+    p.add_argument("--json", action="store_true", help="print JSON (ages in seconds) instead of a table")
+    p.set_defaults(handler=cmd_status)
+
+
+STATUS_COLUMNS = ("QUEUE", "READY", "SCHEDULED", "RUNNING", "EXPIRED", "FAILED", "DONE/MIN", "OLDEST")
+
+
+def format_status(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Render rows of `Queue.stats()` (the pgq.queue_stats view) as an aligned table, one row per
+    queue plus a TOTAL row when there are several; "no jobs in any queue" when there are none."""
+    if not rows:
+        return "no jobs in any queue"
+    body = [
+        [
+            cell(str(r["queue"])),
+            *(str(r[k]) for k in ("ready", "scheduled", "running", "expired_leases", "failed",
+                                  "succeeded_last_minute")),
+            format_age(seconds_of(r["oldest_ready_age"])),
+        ]
+        for r in rows
+    ]
+    if len(rows) > 1:
+        ages = [a for a in (seconds_of(r["oldest_ready_age"]) for r in rows) if a is not None]
+        body.append([
+            "TOTAL",
+            *(str(sum(int(r[k]) for r in rows)) for k in ("ready", "scheduled", "running",
+                                                          "expired_leases", "failed",
+                                                          "succeeded_last_minute")),
+            format_age(max(ages) if ages else None),
+        ])
+    return render_table(STATUS_COLUMNS, body, right=range(1, len(STATUS_COLUMNS)))
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """`pgq status`: the queue table, or its rows as JSON with `--json`."""
+    with open_queue(args) as queue:
+        rows = queue.stats()
+    if args.json:
+        print(json.dumps([jsonable(row) for row in rows], indent=2))
+    else:
+        print(format_status(rows))
+    return EXIT_OK

@@ -1,0 +1,140 @@
+"""`pgq worker MODULE:APP`: run a worker for the tasks of an App until signalled."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from ..app import load_app
+from .args import int_range, non_empty, seconds_arg
+from .common import ENV_DSN, EXIT_OK, Commands, Formatter, check_database, connect_dsn, dsn_parent
+from .logs import setup_logging
+
+__all__ = ["register"]
+
+
+def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
+    """Add this command to `commands` (`dsn`: the parent parser with --dsn and --pgbouncer)."""
+    p = commands.add_parser(
+        "worker",
+        parents=[
+            dsn_parent(
+                "connect the worker to DSN instead of the App's own database (default: the DSN "
+                f"or pool the App was built with; ${ENV_DSN} is not consulted). The database must be "
+                "reachable and migrated before the worker starts",
+                pgbouncer_help="the worker's database (--dsn, else the App's) is a PgBouncer in transaction "
+                "pooling mode: prepare no statements, and LISTEN only on --listen-dsn (without it, poll)",
+            )
+        ],
+        formatter_class=Formatter,
+        help="run a worker for the tasks of an App",
+        description=(
+            "Run a worker for the tasks registered on an App until SIGTERM or SIGINT. On the first\n"
+            "signal it stops claiming, lets running jobs finish for up to --drain-timeout seconds, then\n"
+            "hands the unfinished ones back to the queue; a second signal aborts at once.\n"
+            "The current directory is importable, as with `python -m`."
+        ),
+    )
+    p.add_argument("app", metavar="MODULE:APP", help="where the App is, e.g. myapp.tasks:app")
+    p.add_argument(
+        "--queue",
+        dest="queues",
+        metavar="Q",
+        action="append",
+        type=non_empty("queue"),
+        help="work on queue Q; repeat for several (default: every queue)",
+    )
+    p.add_argument(
+        "--concurrency", metavar="N", type=int_range("concurrency", 1, 10_000),
+        help="jobs run at once by this worker; also its threads for sync handlers (default: 10)",
+    )
+    p.add_argument(
+        "--prefetch", metavar="N", type=int_range("prefetch", 0, 100_000),
+        help="jobs claimed ahead of free slots and held (leased, heartbeated) until one frees: fewer, "
+        "bigger claims; 0 claims only for free slots (default: adaptive, about 0.25 s of work at the "
+        "rate jobs start, between the concurrency and 2048 jobs, and no more than 32 MiB of payload at "
+        "the size claims bring)",
+    )
+    p.add_argument(
+        "--lease", metavar="SECONDS", type=seconds_arg("lease", positive=True),
+        help="lease of each claimed job, renewed by heartbeats every third of it; the job of a worker "
+        "that died is rescued about half a lease after its lease expired, and a database session stuck "
+        "for half a lease sending a pgq statement's result to a frozen client is ended (default: 60)",
+    )
+    p.add_argument(
+        "--poll-interval", metavar="SECONDS", type=seconds_arg("poll interval", positive=True),
+        help="how often to look for jobs when no notification arrives, jittered (default: 1)",
+    )
+    p.add_argument(
+        "--drain-timeout", metavar="SECONDS", type=seconds_arg("drain timeout", positive=False),
+        help="on shutdown, how long running jobs may take to finish before they are handed back to "
+        "the queue (default: 30)",
+    )
+    p.add_argument(
+        "--listen-dsn", metavar="DSN", type=non_empty("listen-dsn"),
+        help="open the LISTEN connection (wake-ups on NOTIFY) here, e.g. a direct connection to the "
+        "database when --dsn is a PgBouncer in transaction mode (default: the worker's DSN)",
+    )
+    p.add_argument(
+        "--claimed-by", metavar="NAME", type=non_empty("claimed-by"),
+        help="worker name recorded on the jobs it claims (default: HOST-PID)",
+    )
+    p.add_argument(
+        "--metrics-port", metavar="PORT", type=int_range("metrics port", 0, 65535),
+        help="serve Prometheus metrics at http://HOST:PORT/metrics: jobs claimed, succeeded, retried, "
+        "failed, rescued and lease losses by queue and kind, a job duration histogram, queue depth and "
+        "oldest ready age from the database (read at most every 5 s), LISTEN reconnects; 0 picks a "
+        "free port (logged) (default: no metrics server)",
+    )
+    p.add_argument(
+        "--metrics-host", metavar="HOST", type=non_empty("metrics host"),
+        help="address the metrics server binds; 0.0.0.0 for every interface (default: 127.0.0.1)",
+    )
+    p.add_argument(
+        "--log-level", metavar="LEVEL", default="INFO", type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="DEBUG, INFO, WARNING or ERROR; INFO logs the worker's start, stop and recoveries, retries "
+        "at WARNING and failures at ERROR; DEBUG adds one line per job start and success (default: INFO)",
+    )
+    p.add_argument(
+        "--log-format", default="text", choices=["text", "json"],
+        help="text: one readable line per event; json: one JSON object per line (default: text)",
+    )
+    p.set_defaults(handler=cmd_worker)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """`pgq worker MODULE:APP`: set up logging, load the app, check the schema, run until signalled.
+
+    The worker connects to `--dsn` when given, else to the App's own DSN (PGQ_DSN is not consulted:
+    the App's code decides). Either way that database must be reachable and migrated before it starts.
+    """
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)  # like `python -m`: the user's modules are importable from here
+    app = load_app(args.app)
+    check_database(connect_dsn(args.dsn or app.dsn))
+    # Logging starts once the worker can start: errors before that stay one line on stderr.
+    setup_logging(args.log_level, args.log_format)
+    options: dict[str, Any] = {
+        "queues": args.queues,
+        "concurrency": args.concurrency,
+        "prefetch": args.prefetch,
+        "lease": args.lease,
+        "poll_interval": args.poll_interval,
+        "drain_timeout": args.drain_timeout,
+        "claimed_by": args.claimed_by,
+        "dsn": args.dsn,
+        "listen_dsn": args.listen_dsn,
+        "pgbouncer": True if args.pgbouncer else None,
+        "metrics_port": args.metrics_port,
+        "metrics_host": args.metrics_host,
+    }
+    # Options left out keep WorkerConfig's defaults, so they are defined in one place.
+    from ..worker import Worker
+
+    worker = Worker(app, **{k: v for k, v in options.items() if v is not None})
+    worker.run()
+    return EXIT_OK

@@ -1,0 +1,57 @@
+"""`--help` of `pgq` and of every command and sub-command: it exits 0, lists every command with a
+summary, and documents every option the parser accepts, so help cannot silently fall behind the code."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+from collections.abc import Iterator
+
+import pytest
+
+from pgq.cli import COMMANDS, build_parser, main
+
+
+def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[
+        tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """Every (command path, parser) below `parser`, depth first."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*path, name), sub
+                yield from _commands(sub, (*path, name))
+
+
+COMMAND_PARSERS = list(_commands(build_parser()))
+
+
+def _help(argv: list[str]) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main([*argv, "--help"]) == 0
+    return out.getvalue()
+
+
+def test_top_level_help_lists_every_command_with_a_summary() -> None:
+    text = _help([])
+    top = [path[0] for path, _ in COMMAND_PARSERS if len(path) == 1]
+    assert len(top) == len(COMMANDS)
+    for name in top:
+        line = next((line for line in text.splitlines() if line.strip().startswith(name + " ")), None)
+        assert line is not None, f"{name} missing from `pgq --help`"
+        assert len(line.split(None, 1)) == 2, f"{name} has no summary in `pgq --help`"
+
+
+@pytest.mark.parametrize(("path", "parser"), COMMAND_PARSERS, ids=[" ".join(p) for p, _ in COMMAND_PARSERS])
+def test_every_command_help_documents_each_of_its_options(path: tuple[str, ...],
+                                                          parser: argparse.ArgumentParser) -> None:
+    text = _help(list(path))
+    assert text.startswith("usage: pgq " + " ".join(path))
+    assert parser.description, f"`pgq {' '.join(path)}` has no description"
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
+            continue
+        assert action.help, f"{action.option_strings or action.dest} of `pgq {' '.join(path)}` has no help"
+        for option in action.option_strings:
+            assert option in text, f"{option} missing from `pgq {' '.join(path)} --help`"
