@@ -12,9 +12,11 @@ from .app import (
     RetryPolicy,
     Snooze,
     Task,
+    cancel_requested,
     current_job,
     poll_later,
     polling_schedule,
+    set_progress,
 )
 from .client import AsyncQueue, Queue
 from .errors import InvalidJob, InvalidState, LeaseLost, NotFound, NotMigrated, PgqError
@@ -56,7 +58,9 @@ __all__ = [
     "Task",
     "Worker",
     "WorkerConfig",
+    "cancel_requested",
     "current_job",
     "poll_later",
     "polling_schedule",
+    "set_progress",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
@@ -25,7 +25,17 @@ from psycopg.rows import dict_row, tuple_row
 
 from . import _sql
 from .errors import CONSTRAINT_MESSAGES, InvalidJob, InvalidState, LeaseLost, NotFound, NotMigrated, PgqError
-from .models import STATUS_BY_VALUE, Claim, Job, JobSpec, JobStatus, claims_from_tuples, encode_json, positive_seconds
+from .models import (
+    STATUS_BY_VALUE,
+    Claim,
+    Job,
+    JobSpec,
+    JobStatus,
+    claims_from_tuples,
+    delay_seconds,
+    encode_json,
+    positive_seconds,
+)
 
 T = TypeVar("T")
 
@@ -201,17 +211,20 @@ def claim(
 
 
 def complete(
-    items: Sequence[tuple[Claim, Any, int | None]], *, raise_lost: bool
+    items: Sequence[tuple[Claim, Any, int | None]], *, raise_lost: bool, progress: Mapping[int, str] | None = None
 ) -> Operation[dict[int, JobStatus]]:
     """Finish attempts successfully: `(claim, result, watermark)` each; watermark None means the
     watermark the job had when claimed. Returns {job id: new status} for the attempts that still
     held their lease (succeeded, or queued for a dirty re-run). Attempts that lost their lease are
-    left unchanged; with `raise_lost` they raise LeaseLost (after the others were completed)."""
+    left unchanged; with `raise_lost` they raise LeaseLost (after the others were completed).
+    `progress`: progress to store with some of them (job id -> JSON text)."""
+    ids = [c.job.id for c, _, _ in items]
     params: dict[str, Any] = {
-        "ids": [c.job.id for c, _, _ in items],
+        "ids": ids,
         "tokens": [c.token for c, _, _ in items],
         "results": [None if r is None else encode_json("result", r, None) for _, r, _ in items],
         "watermarks": [c.job.input_watermark if w is None else w for c, _, w in items],
+        "progress": _progress_param(ids, progress),
     }
 
     def steps() -> Steps[dict[int, JobStatus]]:
@@ -224,17 +237,20 @@ def complete(
 
 
 def fail(
-    items: Sequence[tuple[Claim, str, float | None, bool]], *, raise_lost: bool
+    items: Sequence[tuple[Claim, str, float | None, bool]], *, raise_lost: bool,
+    progress: Mapping[int, str] | None = None,
 ) -> Operation[dict[int, Job]]:
     """Record failed attempts: `(claim, error, retry_in seconds or None, final)` each. Returns the
-    jobs that still held their lease, as updated (queued for a retry, or failed); lost leases as
-    in `complete`."""
+    jobs that still held their lease, as updated (queued for a retry, or failed); lost leases and
+    `progress` as in `complete`."""
+    ids = [c.job.id for c, _, _, _ in items]
     params: dict[str, Any] = {
-        "ids": [c.job.id for c, _, _, _ in items],
+        "ids": ids,
         "tokens": [c.token for c, _, _, _ in items],
         "errors": [_clean_text(e) for _, e, _, _ in items],
         "retry_in": [r for _, _, r, _ in items],
         "finals": [f for _, _, _, f in items],
+        "progress": _progress_param(ids, progress),
     }
 
     def steps() -> Steps[dict[int, Job]]:
@@ -246,13 +262,17 @@ def fail(
     return Operation("job_fail", steps)
 
 
-def heartbeat(items: Sequence[tuple[Claim, float]], *, raise_lost: bool) -> Operation[set[int]]:
-    """Renew leases: `(claim, lease seconds)` each. Returns the ids renewed; lost leases as in
-    `complete`. Retry-safe (renewing twice only moves the expiry to the same place)."""
+def heartbeat(items: Sequence[tuple[Claim, float]], *, raise_lost: bool,
+              progress: Mapping[int, str] | None = None) -> Operation[set[int]]:
+    """Renew leases: `(claim, lease seconds)` each. Returns the ids renewed; lost leases and
+    `progress` as in `complete`. Retry-safe (renewing twice only moves the expiry to the same place,
+    and stores the same progress)."""
+    ids = [c.job.id for c, _ in items]
     params: dict[str, Any] = {
-        "ids": [c.job.id for c, _ in items],
+        "ids": ids,
         "tokens": [c.token for c, _ in items],
         "lease_s": [s for _, s in items],
+        "progress": _progress_param(ids, progress),
     }
 
     def steps() -> Steps[set[int]]:
@@ -265,14 +285,17 @@ def heartbeat(items: Sequence[tuple[Claim, float]], *, raise_lost: bool) -> Oper
     return Operation("job_heartbeat", steps, retry_safe=True)
 
 
-def snooze(items: Sequence[tuple[Claim, float]], *, raise_lost: bool) -> Operation[dict[int, Job]]:
+def snooze(items: Sequence[tuple[Claim, float]], *, raise_lost: bool,
+           progress: Mapping[int, str] | None = None) -> Operation[dict[int, Job]]:
     """Requeue running attempts `delay` seconds from now without spending an attempt:
-    `(claim, delay seconds)` each. Returns the jobs that still held their lease; lost leases as in
-    `complete`."""
+    `(claim, delay seconds)` each. Returns the jobs that still held their lease; lost leases and
+    `progress` as in `complete`."""
+    ids = [c.job.id for c, _ in items]
     params: dict[str, Any] = {
-        "ids": [c.job.id for c, _ in items],
+        "ids": ids,
         "tokens": [c.token for c, _ in items],
         "delays": [d for _, d in items],
+        "progress": _progress_param(ids, progress),
     }
 
     def steps() -> Steps[dict[int, Job]]:
@@ -282,6 +305,28 @@ def snooze(items: Sequence[tuple[Claim, float]], *, raise_lost: bool) -> Operati
         return _check_lost("snooze", params["ids"], {job.id: job for job in map(Job.from_row, rows)}, raise_lost)
 
     return Operation("job_snooze", steps)
+
+
+def _progress_param(ids: list[int], progress: Mapping[int, str] | None) -> list[str | None] | None:
+    """The `progress` array of an acknowledgement or heartbeat: one JSON text (or NULL) per id, or
+    NULL for the whole array when no job has any (the common case costs nothing)."""
+    if not progress:
+        return None
+    return [progress.get(i) for i in ids]
+
+
+def lease_check(claims: Sequence[Claim]) -> Operation[dict[int, str]]:
+    """Which of `claims` no longer hold their lease: {job id: "cancelled" or "lease lost" (rescued,
+    finished elsewhere, deleted)}; a read."""
+    params: dict[str, Any] = {"ids": [c.job.id for c in claims], "tokens": [c.token for c in claims]}
+
+    def steps() -> Steps[dict[int, str]]:
+        if not claims:
+            return {}
+        rows = yield Stmt("job_lease_check", params, fetch="tuples")
+        return {row[0]: "cancelled" if row[1] else "lease lost" for row in rows}
+
+    return Operation("job_lease_check", steps, retry_safe=True)
 
 
 K = TypeVar("K")
@@ -323,6 +368,20 @@ def cancel(job_id: int) -> Operation[Job]:
         raise InvalidState(job_id, current.status.value, "cancel")
 
     return Operation("job_cancel", steps)
+
+
+def wait_mark(job_id: int) -> Operation[Job]:
+    """Mark job `job_id` awaited (finishing it then notifies channel pgq_finished) and return it as
+    it is now; raises NotFound. Idempotent."""
+    _check_id(job_id)
+
+    def steps() -> Steps[Job]:
+        rows = yield Stmt("job_wait_mark", {"id": job_id})
+        if rows:
+            return Job.from_row(rows[0])
+        return (yield from _get(job_id))
+
+    return Operation("job_wait_mark", steps, retry_safe=True)
 
 
 def retry(job_id: int) -> Operation[Job]:
@@ -389,7 +448,9 @@ PURGE_BATCH = 5000
 def purge(older_than: dt.timedelta | float, batch: int = PURGE_BATCH) -> Operation[int]:
     """Delete jobs finished longer than `older_than` ago, `batch` rows per transaction, until none is
     left; returns how many were deleted. Retry-safe (deleting what is gone deletes nothing)."""
-    seconds = positive_seconds("older_than", older_than) if older_than != 0 else 0.0
+    seconds = delay_seconds(older_than)  # timedelta(0) or 0: every finished job
+    if not seconds >= 0:
+        raise InvalidJob(f"older_than must be >= 0, got {older_than!r}")
 
     def steps() -> Steps[int]:
         total = 0
@@ -436,6 +497,35 @@ def queue_stats() -> Operation[list[dict[str, Any]]]:
         return [dict(row) for row in rows]
 
     return Operation("queue_stats", steps, retry_safe=True)
+
+
+def pause(queue: str) -> Operation[bool]:
+    """Pause `queue`: once this returns no worker claims its jobs (enqueue still works, running jobs
+    finish). True if it was running, False if it was paused already. Idempotent."""
+    name = _queue_name(queue)
+
+    def steps() -> Steps[bool]:
+        rows = yield Stmt("queue_pause", {"queue": name})
+        return bool(rows[0]["changed"])
+
+    return Operation("queue_pause", steps, retry_safe=True)
+
+
+def resume(queue: str) -> Operation[bool]:
+    """Resume a paused `queue` and wake idle workers; True if it was paused. Idempotent."""
+    name = _queue_name(queue)
+
+    def steps() -> Steps[bool]:
+        rows = yield Stmt("queue_resume", {"queue": name})
+        return bool(rows[0]["changed"])
+
+    return Operation("queue_resume", steps, retry_safe=True)
+
+
+def _queue_name(queue: object) -> str:
+    if not isinstance(queue, str) or not queue or "\x00" in queue:
+        raise InvalidJob(f"queue must be a non-empty str, got {queue!r}")
+    return queue
 
 
 def queue_backlog(queues: Sequence[str] | None) -> Operation[list[dict[str, Any]]]:
@@ -752,10 +842,10 @@ WRITING_STATEMENTS: tuple[str, ...] = (
     "concurrency_limit_delete", "concurrency_limit_lock", "concurrency_limit_set", "job_cancel", "job_claim",
     "job_claim_fast", "job_complete", "job_enqueue", "job_enqueue_one", "job_fail", "job_heartbeat",
     "job_insert", "job_insert_one", "job_purge", "job_rescue", "job_retry", "job_snooze",
-    "maintenance_lock", "periodic_enqueue",
+    "job_wait_mark", "maintenance_lock", "periodic_enqueue", "queue_pause", "queue_resume",
 )
 READ_ONLY_STATEMENTS: tuple[str, ...] = (
-    "job_get", "job_list", "job_next_run_at", "key_is_dirty", "listen", "ping", "queue_backlog",
+    "job_get", "job_lease_check", "job_list", "job_next_run_at", "key_is_dirty", "ping", "queue_backlog",
     "queue_exists", "queue_stats", "schema_check", "session_utc", "stalled_session_end", "transaction_guard",
 )
 

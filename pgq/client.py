@@ -9,20 +9,24 @@ transaction, and never commit it.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import contextlib
 import datetime as dt
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from . import _ops
 from .errors import InvalidJob, PgqError
-from .models import JSON, Claim, Job, JobSpec, JobStatus, delay_seconds, positive_seconds
+from .models import FINISHED, JSON, Claim, Job, JobSpec, JobStatus, delay_seconds, positive_seconds
+
+if TYPE_CHECKING:
+    from .waiting import Waiters
 
 T = TypeVar("T")
 
@@ -57,11 +61,56 @@ def _retry_args() -> dict[str, Any]:
     import tenacity
 
     return {
-        "retry": tenacity.retry_if_exception_type(psycopg.OperationalError),
+        "retry": tenacity.retry_if_exception(_connection_failure),
         "stop": tenacity.stop_after_attempt(4),
         "wait": tenacity.wait_random_exponential(multiplier=0.1, max=2.0),
         "reraise": True,
     }
+
+
+def _connection_failure(exc: BaseException) -> bool:
+    """Whether `exc` may be a lost connection, worth retrying: an OperationalError other than a lock
+    or statement timeout (those reached the server, and retrying would only wait again)."""
+    return isinstance(exc, psycopg.OperationalError) and not isinstance(
+        exc, (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled))
+
+
+WAIT_POLL_S = 0.5
+"""How often `wait` reads the job when it cannot LISTEN (PgBouncer in transaction mode, no listen_dsn)."""
+
+
+def _wait_deadline(timeout: dt.timedelta | float | None) -> float | None:
+    """The monotonic deadline of a wait of `timeout` (None: no deadline); InvalidJob if negative."""
+    if timeout is None:
+        return None
+    seconds = timeout.total_seconds() if isinstance(timeout, dt.timedelta) else timeout
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
+        raise InvalidJob(f"timeout must be seconds >= 0 (or a timedelta), got {timeout!r}")
+    return time.monotonic() + seconds
+
+
+def _wait_left(deadline: float | None, job_id: int, polling: bool) -> float | None:
+    """Seconds to sleep before the next look at the job; raises TimeoutError past the deadline."""
+    if deadline is None:
+        return WAIT_POLL_S if polling else None
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError(f"job {job_id} did not finish in time")
+    return min(left, WAIT_POLL_S) if polling else left
+
+
+def _waiters(pool: ConnectionPool[Any] | AsyncConnectionPool[Any], pgbouncer: bool,
+             listen_dsn: str | None) -> Waiters | None:
+    """The LISTEN side of `wait` for a client on `pool` (None: it polls: behind PgBouncer without
+    `listen_dsn`, or on a pool whose connection string or arguments are callables)."""
+    from .waiting import Waiters  # the listener and tenacity load with the first wait, not with pgq
+
+    if listen_dsn is not None:
+        return Waiters(listen_dsn)
+    conninfo, kwargs = pool.conninfo, pool.kwargs
+    if pgbouncer or not isinstance(conninfo, str) or not isinstance(kwargs, dict):
+        return None  # no direct connection to listen on, or one only the pool knows how to make
+    return Waiters(conninfo, {k: v for k, v in kwargs.items() if k not in ("prepare_threshold", "autocommit")})
 
 
 # autocommit: a single-statement operation is its own transaction (one round trip); the operations
@@ -156,6 +205,7 @@ class Queue:
         timeout: float = 30.0,
         keep_connection: bool | None = None,
         pgbouncer: bool = False,
+        listen_dsn: str | None = None,
     ) -> None:
         if isinstance(dsn_or_pool, ConnectionPool):
             if pgbouncer:
@@ -173,6 +223,8 @@ class Queue:
         self._spare_cursor: psycopg.Cursor[Any] | None = None  # a cursor of _spare, or None
         self._spare_since = 0.0
         self._spare_lock = threading.Lock()
+        self._listen = (pgbouncer, listen_dsn)
+        self._waiters: Waiters | None = None
 
     @property
     def pool(self) -> ConnectionPool[Any]:
@@ -188,6 +240,8 @@ class Queue:
             self._keeps_spare = False
         if spare is not None:
             self._pool.putconn(spare)
+        if self._waiters is not None:
+            self._waiters.close()
         if self._owns_pool:
             self._pool.close()
 
@@ -202,8 +256,8 @@ class Queue:
             return _ops.run_sync(conn, op, own_transaction=True)
         try:  # the happy path pays for no retry machinery
             return self._run_pooled(op)
-        except psycopg.OperationalError:
-            if not op.retry_safe:
+        except psycopg.OperationalError as exc:
+            if not op.retry_safe or not _connection_failure(exc):
                 raise
         import tenacity
 
@@ -375,10 +429,47 @@ class Queue:
         return self._run(_ops.rescue_expired())
 
     def cancel(self, job_id: int) -> Job:
-        """Cancel a queued or running job; returns it. Raises NotFound, or InvalidState when the
-        job already finished. A running job's worker is fenced out (its completion gets LeaseLost).
+        """Cancel a queued or running job; returns it (status `cancelled`, never retried). Raises
+        NotFound, or InvalidState when the job already finished. A running job's worker is told in
+        the same transaction (NOTIFY on channel pgq_cancel; without LISTEN, its next lease check) and
+        stops the handler: an async handler gets CancelledError, a sync one sees
+        `pgq.cancel_requested()` turn True. Whatever the handler returns then is discarded.
         """
         return self._run(_ops.cancel(job_id))
+
+    def wait(self, job_id: int, timeout: dt.timedelta | float | None = None) -> Job:
+        """Block until job `job_id` is succeeded, failed or cancelled, and return it (with its
+        `result` or `last_error`). Raises the built-in TimeoutError when `timeout` seconds (None:
+        no limit) pass first, NotFound for an unknown id.
+
+        Woken by the database, not by polling: the job is marked awaited, and finishing it
+        notifies channel pgq_finished, which one LISTEN connection per client (opened on the first
+        wait, shared by all) receives. Behind PgBouncer in transaction mode, pass `listen_dsn` (a
+        direct connection) to the constructor; without it, wait reads the job every 0.5 s."""
+        deadline = _wait_deadline(timeout)
+        waiters = self._start_waiters()
+        woken = threading.Event()
+        if waiters is not None:
+            waiters.add(job_id, woken.set)
+        try:
+            while True:
+                if waiters is None or waiters.listening:
+                    job = self._run(_ops.wait_mark(job_id))
+                    if job.status in FINISHED:
+                        return job
+                woken.wait(_wait_left(deadline, job_id, waiters is None))
+                woken.clear()
+        finally:
+            if waiters is not None:
+                waiters.remove(job_id, woken.set)
+
+    def _start_waiters(self) -> Waiters | None:
+        with self._spare_lock:
+            if self._waiters is None:
+                self._waiters = _waiters(self._pool, *self._listen)
+        if self._waiters is not None:
+            self._waiters.start()
+        return self._waiters
 
     def retry(self, job_id: int) -> Job:
         """Queue a failed or cancelled job again with fresh attempts; returns it. Raises NotFound,
@@ -404,8 +495,20 @@ class Queue:
         return self._run(_ops.is_dirty(queue, key))
 
     def stats(self) -> builtins.list[dict[str, Any]]:
-        """Rows of the pgq.queue_stats view (one dict per queue)."""
+        """Rows of the pgq.queue_stats view (one dict per queue, with `paused` and `paused_at`)."""
         return self._run(_ops.queue_stats())
+
+    def pause(self, queue: str) -> bool:
+        """Pause `queue`: once this returns, no worker anywhere claims its jobs (no restart needed);
+        jobs already running finish, and enqueueing still works. Returns True if the queue was
+        running, False if it was paused already. Needs an administrator's rights; raises
+        InvalidJob for an empty name and a psycopg error when a hung claim holds the lock over 5 s
+        (then nothing changed)."""
+        return self._run(_ops.pause(queue))
+
+    def resume(self, queue: str) -> bool:
+        """Resume a paused `queue` and wake idle workers; True if it was paused, False if not."""
+        return self._run(_ops.resume(queue))
 
     def list(
         self,
@@ -438,6 +541,7 @@ class AsyncQueue:
         timeout: float = 30.0,
         keep_connection: bool | None = None,
         pgbouncer: bool = False,
+        listen_dsn: str | None = None,
     ) -> None:
         if isinstance(dsn_or_pool, AsyncConnectionPool):
             if pgbouncer:
@@ -456,6 +560,8 @@ class AsyncQueue:
         self._spare_cursor: psycopg.AsyncCursor[Any] | None = None  # a cursor of _spare, or None
         self._spare_since = 0.0
         self._spare_busy = False
+        self._listen = (pgbouncer, listen_dsn)
+        self._waiters: Waiters | None = None
 
     @property
     def pool(self) -> AsyncConnectionPool[Any]:
@@ -474,6 +580,8 @@ class AsyncQueue:
         self._keeps_spare = False
         if spare is not None and not self._spare_busy:
             await self._pool.putconn(spare)
+        if self._waiters is not None:
+            await asyncio.to_thread(self._waiters.close)
         if self._owns_pool:
             await self._pool.close()
 
@@ -489,8 +597,8 @@ class AsyncQueue:
             return await _ops.run_async(conn, op, own_transaction=True)
         try:  # the happy path pays for no retry machinery
             return await self._run_pooled(op)
-        except psycopg.OperationalError:
-            if not op.retry_safe:
+        except psycopg.OperationalError as exc:
+            if not op.retry_safe or not _connection_failure(exc):
                 raise
         import tenacity
 
@@ -619,6 +727,36 @@ class AsyncQueue:
         """See `Queue.cancel`."""
         return await self._run(_ops.cancel(job_id))
 
+    async def wait(self, job_id: int, timeout: dt.timedelta | float | None = None) -> Job:
+        """See `Queue.wait`."""
+        deadline = _wait_deadline(timeout)
+        if self._waiters is None:
+            self._waiters = _waiters(self._pool, *self._listen)
+        waiters = self._waiters
+        if waiters is not None:
+            await asyncio.to_thread(waiters.start)
+        loop = asyncio.get_running_loop()
+        woken = asyncio.Event()
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(woken.set)
+
+        if waiters is not None:
+            waiters.add(job_id, wake)
+        try:
+            while True:
+                if waiters is None or waiters.listening:
+                    job = await self._run(_ops.wait_mark(job_id))
+                    if job.status in FINISHED:
+                        return job
+                left = _wait_left(deadline, job_id, waiters is None)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), left)
+                woken.clear()
+        finally:
+            if waiters is not None:
+                waiters.remove(job_id, wake)
+
     async def retry(self, job_id: int) -> Job:
         """See `Queue.retry`."""
         return await self._run(_ops.retry(job_id))
@@ -642,6 +780,14 @@ class AsyncQueue:
     async def stats(self) -> builtins.list[dict[str, Any]]:
         """See `Queue.stats`."""
         return await self._run(_ops.queue_stats())
+
+    async def pause(self, queue: str) -> bool:
+        """See `Queue.pause`."""
+        return await self._run(_ops.pause(queue))
+
+    async def resume(self, queue: str) -> bool:
+        """See `Queue.resume`."""
+        return await self._run(_ops.resume(queue))
 
     async def list(
         self,

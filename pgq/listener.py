@@ -1,8 +1,10 @@
-"""The LISTEN connection of a worker: wakes it the moment jobs are enqueued.
+"""A LISTEN connection: a worker's wakes it the moment jobs are enqueued or one of its jobs is cancelled.
 
 A `Listener` owns one autocommit connection, outside any pool (a pooled connection would be handed to
-other users, and LISTEN is session state). It subscribes to channel `pgq` and calls `on_notify(payload)`
-for every notification (payload: a queue name, or `*` for everyone). When notifications stay quiet
+other users, and LISTEN is session state). It subscribes to the channels it is given and calls each
+channel's callback with the payload of every notification on it (a worker listens on `pgq`, whose
+payload is a queue name or `*` for everyone, and on `pgq_cancel`, whose payload names a cancelled
+attempt). When notifications stay quiet
 for `idle_check` seconds it pings the server, so a dead connection is noticed even without traffic.
 When the connection fails (server restart, network) it reconnects with jittered exponential backoff
 (tenacity) for as long as it runs, and calls `on_connect()` after every (re)connection: notifications
@@ -14,34 +16,38 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import psycopg
 import tenacity
+from psycopg import sql
 
 from . import _sql
 from .errors import one_line
 
 __all__ = ["Listener"]
 
+_CHANNEL = re.compile(r"[a-z_][a-z0-9_]*")
+
 logger = logging.getLogger("pgq.listener")
 
 
 class Listener:
-    """Keeps a LISTEN connection to `conninfo` (with psycopg `connect_kwargs`) alive and forwards
-    notifications on channel `pgq` to `on_notify`.
+    """Keeps a LISTEN connection to `conninfo` (with psycopg `connect_kwargs`) alive and forwards the
+    payload of each notification on a channel of `channels` to that channel's callback.
 
     `run()` runs until cancelled or `stop()`; it never raises for connection problems (they are logged
-    and retried). `on_notify` and `on_connect` run on the event loop and must not block. The listener
-    owns its connection and closes it on exit.
+    and retried). The callbacks and `on_connect` run on the event loop and must not block. The
+    listener owns its connection and closes it on exit.
     """
 
     def __init__(
         self,
         conninfo: str,
         *,
-        on_notify: Callable[[str], None],
+        channels: Mapping[str, Callable[[str], None]],
         on_connect: Callable[[], None] | None = None,
         connect_kwargs: dict[str, Any] | None = None,
         idle_check: float = 30.0,
@@ -49,9 +55,17 @@ class Listener:
     ) -> None:
         if not idle_check > 0 or not max_backoff > 0:
             raise ValueError("idle_check and max_backoff must be positive")
+        if not channels:
+            raise ValueError("a Listener needs at least one channel")
         self._conninfo = conninfo
         self._kwargs = {k: v for k, v in (connect_kwargs or {}).items() if k != "autocommit"}
-        self._on_notify = on_notify
+        self._channels = dict(channels)
+        # LISTEN takes no parameters; plain lower-case names need no quoting, and unquoted they read
+        # in pg_stat_activity as a DBA would type them ("LISTEN pgq; LISTEN pgq_cancel").
+        bad = [name for name in self._channels if not _CHANNEL.fullmatch(name)]
+        if bad:
+            raise ValueError(f"channel names must match {_CHANNEL.pattern}: {bad}")
+        self._listen = sql.SQL("; ".join(f"LISTEN {name}" for name in self._channels))
         self._on_connect = on_connect
         self._idle_check = idle_check
         self._max_backoff = max_backoff
@@ -98,7 +112,9 @@ class Listener:
                 self._on_connect()
             while True:
                 async for notify in conn.notifies(timeout=self._idle_check):
-                    self._on_notify(notify.payload)
+                    callback = self._channels.get(notify.channel)
+                    if callback is not None:
+                        callback(notify.payload)
                     # Let what the notification started (a claim) take its first step before this
                     # generator goes back to waiting: that is on the wake-up's critical path.
                     await asyncio.sleep(0)
@@ -122,11 +138,12 @@ class Listener:
             with attempt:
                 conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True, **self._kwargs)
                 try:
-                    await conn.execute(_sql.query("listen"))
+                    await conn.execute(self._listen)
                 except BaseException:
                     await conn.close()
                     raise
-                logger.debug("listening on channel pgq", extra={"event": "listener_connected"})
+                logger.debug("listening on channels %s", ", ".join(self._channels),
+                             extra={"event": "listener_connected"})
                 return conn
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -71,6 +71,8 @@ JOB_EVENTS: Final[dict[str, tuple[str, str]]] = {
     "rescued": ("pgq_jobs_rescued_total",
                 "Jobs whose lease expired, taken back by this worker's maintenance (it runs on one worker "
                 "at a time: sum over workers)."),
+    "cancelled": ("pgq_jobs_cancelled_total",
+                  "Running jobs whose handler this worker interrupted because the job was cancelled."),
     "lost": ("pgq_lease_lost_total",
              "Acknowledgements refused because the attempt had lost its lease (rescued, cancelled, or "
              "finished elsewhere)."),

@@ -71,6 +71,8 @@ class Job:
     created_at: dt.datetime
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
+    progress: JSON = None
+    """The progress the job's handler last reported (`pgq.set_progress`), kept across attempts."""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:
@@ -92,7 +94,7 @@ class Job:
         over the setters twice as slow as these twenty calls."""
         (id_, queue, kind, payload, priority, status, run_at, attempts, max_attempts, dedupe_key, lease_token,
          lease_expires_at, claimed_by, last_error, result, input_watermark, done_watermark, created_at,
-         started_at, finished_at) = row
+         started_at, finished_at, progress) = row
         job = object.__new__(cls)
         _SET_JOB_ID(job, id_)
         _SET_JOB_QUEUE(job, queue)
@@ -114,6 +116,7 @@ class Job:
         _SET_JOB_CREATED_AT(job, created_at)
         _SET_JOB_STARTED_AT(job, started_at)
         _SET_JOB_FINISHED_AT(job, finished_at)
+        _SET_JOB_PROGRESS(job, progress)
         return job
 
 
@@ -123,11 +126,11 @@ def _slot_setters(cls: type) -> dict[str, Callable[[Any, Any], None]]:
     return {f.name: getattr(cls, f.name).__set__ for f in fields(cls)}
 
 
-# In field order (id ... finished_at).
+# In field order (id ... progress).
 (_SET_JOB_ID, _SET_JOB_QUEUE, _SET_JOB_KIND, _SET_JOB_PAYLOAD, _SET_JOB_PRIORITY, _SET_JOB_STATUS, _SET_JOB_RUN_AT,
  _SET_JOB_ATTEMPTS, _SET_JOB_MAX_ATTEMPTS, _SET_JOB_DEDUPE_KEY, _SET_JOB_LEASE_TOKEN, _SET_JOB_LEASE_EXPIRES_AT,
  _SET_JOB_CLAIMED_BY, _SET_JOB_LAST_ERROR, _SET_JOB_RESULT, _SET_JOB_INPUT_WATERMARK, _SET_JOB_DONE_WATERMARK,
- _SET_JOB_CREATED_AT, _SET_JOB_STARTED_AT, _SET_JOB_FINISHED_AT) = _slot_setters(Job).values()
+ _SET_JOB_CREATED_AT, _SET_JOB_STARTED_AT, _SET_JOB_FINISHED_AT, _SET_JOB_PROGRESS) = _slot_setters(Job).values()
 
 
 @dataclass(frozen=True, slots=True)

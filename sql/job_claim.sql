@@ -15,9 +15,14 @@ every_queue AS (
     WHERE e.queue IS NOT NULL
 ),
 wanted_queue AS (
-    SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name)
-    UNION
-    SELECT e.queue FROM every_queue e WHERE %(queues)s::text[] IS NULL AND e.queue IS NOT NULL
+    -- Paused queues are left out. Exact: pgq.pause() waits for every claim that read
+    -- pgq.paused_queues before its row existed (ACCESS EXCLUSIVE lock), so none is claimed after
+    -- the pause returned.
+    SELECT w.name
+    FROM (SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name)
+          UNION
+          SELECT e.queue FROM every_queue e WHERE %(queues)s::text[] IS NULL AND e.queue IS NOT NULL) w
+    WHERE NOT EXISTS (SELECT 1 FROM pgq.paused_queues p WHERE p.queue = w.name)
 ),
 unlimited AS (
     -- Per queue, an ordered scan of jobs_claim_idx that stops after `limit` rows; rows locked by
@@ -94,7 +99,7 @@ claimed AS (
     -- row; the token and status as text, which the worker keeps as str anyway.
     RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.status::text, j.run_at, j.attempts, j.max_attempts,
               j.dedupe_key, j.lease_token::text, j.lease_expires_at, j.claimed_by, j.last_error, j.result,
-              j.input_watermark, j.done_watermark, j.created_at, j.started_at, j.finished_at
+              j.input_watermark, j.done_watermark, j.created_at, j.started_at, j.finished_at, j.progress
 )
 -- In claim order, sorted here rather than by each worker: the worker starts them in this order.
 SELECT * FROM claimed c

@@ -1,7 +1,7 @@
 -- job_claim_fast: the claim of the common case in one statement and one round trip: a single queue,
--- and no concurrency limit defined for any kind. Same order, locking and lease as job_claim, but a
--- plan small enough to be cheap to make on every call (job_claim's general plan costs more to plan
--- than to run). When any limit exists it claims nothing, and the caller falls back to the exact
+-- and no concurrency limit defined for any kind; nothing from a paused queue (see job_claim.sql).
+-- Same order, locking and lease as job_claim, but a plan small enough to be cheap to make on every
+-- call (job_claim's general plan costs more to plan than to run). When any limit exists it claims nothing, and the caller falls back to the exact
 -- two-step claim (concurrency_limit_lock, then job_claim) for the slots still free.
 WITH picked AS (
     SELECT j.id
@@ -11,6 +11,8 @@ WITH picked AS (
       AND j.run_at <= now()
       AND (%(kinds)s::text[] IS NULL OR j.kind = ANY(%(kinds)s::text[]))
       AND NOT EXISTS (SELECT 1 FROM pgq.concurrency_limits)
+      -- A paused queue yields nothing (evaluated once: it does not depend on the row).
+      AND NOT EXISTS (SELECT 1 FROM pgq.paused_queues p WHERE p.queue = %(queue)s)
     ORDER BY j.priority, j.run_at, j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -30,7 +32,7 @@ claimed AS (
     -- row; the token and status as text, which the worker keeps as str anyway.
     RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.status::text, j.run_at, j.attempts, j.max_attempts,
               j.dedupe_key, j.lease_token::text, j.lease_expires_at, j.claimed_by, j.last_error, j.result,
-              j.input_watermark, j.done_watermark, j.created_at, j.started_at, j.finished_at
+              j.input_watermark, j.done_watermark, j.created_at, j.started_at, j.finished_at, j.progress
 )
 -- In claim order, sorted here rather than by each worker: the worker starts them in this order.
 SELECT * FROM claimed c

@@ -5,16 +5,20 @@
 -- If a newer watermark arrived while the job ran (input_watermark above the processed one), the
 -- job is not finished: it goes back to queued for one more run (a "dirty" re-run), with a fresh
 -- series of attempts. Otherwise it succeeds, and the key's processed watermark advances.
+-- `progress`: per job, progress its handler reported that no heartbeat stored yet (NULL: none; the
+-- whole array NULL when no job of the batch has any).
 WITH done AS (
-    SELECT d.id, d.token, d.result, d.watermark
+    SELECT d.id, d.token, d.result, d.watermark, d.progress
     FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(results)b::text[]::jsonb[],
-                %(watermarks)b::bigint[]) AS d(id, token, result, watermark)
+                %(watermarks)b::bigint[], %(progress)b::text[]::jsonb[])
+         AS d(id, token, result, watermark, progress)
 ),
 finished AS (
     UPDATE pgq.jobs j
     SET status = CASE WHEN j.input_watermark > coalesce(d.watermark, j.input_watermark - 1)
                       THEN 'queued' ELSE 'succeeded' END::pgq.job_status,
         result = d.result,
+        progress = coalesce(d.progress, j.progress),
         done_watermark = greatest(j.done_watermark, d.watermark),
         lease_token = NULL,
         lease_expires_at = NULL,

@@ -3,11 +3,12 @@
 -- seconds, or, when that is NULL, after an exponential backoff with jitter: 2^attempts seconds
 -- times a random factor in [0.75, 1.25), never under 1 s nor over one hour. A job that used
 -- its last attempt is terminally failed, which also frees its dedupe key.
+-- `progress`: as in job_complete.
 WITH failing AS (
-    SELECT f.id, f.token, f.error, f.retry_in, f.final
+    SELECT f.id, f.token, f.error, f.retry_in, f.final, f.progress
     FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(errors)b::text[],
-                %(retry_in)b::double precision[], %(finals)b::boolean[])
-         AS f(id, token, error, retry_in, final)
+                %(retry_in)b::double precision[], %(finals)b::boolean[], %(progress)b::text[]::jsonb[])
+         AS f(id, token, error, retry_in, final, progress)
 )
 UPDATE pgq.jobs j
 SET status = CASE WHEN f.final OR j.attempts >= j.max_attempts
@@ -18,6 +19,7 @@ SET status = CASE WHEN f.final OR j.attempts >= j.max_attempts
                       greatest(1.0, least(2.0 ^ least(j.attempts, 20) * (0.75 + random() * 0.5), 3600.0))))
              END,
     last_error = f.error,
+    progress = coalesce(f.progress, j.progress),
     lease_token = NULL,
     lease_expires_at = NULL,
     finished_at = CASE WHEN f.final OR j.attempts >= j.max_attempts THEN now() END

@@ -68,8 +68,10 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
     q = jobs.add_parser(
         "cancel", parents=[dsn], formatter_class=Formatter, help="cancel a queued or running job",
         description=(
-            "Cancel a queued or running job. A running job's handler is not interrupted, but its\n"
-            "worker can no longer finish it (the attempt's lease is revoked)."
+            "Cancel a queued or running job; it is never retried. The worker running it is told\n"
+            "at once and stops the handler: an async handler gets CancelledError at its next await,\n"
+            "a sync handler sees pgq.cancel_requested() return True. Whatever the handler returns\n"
+            "then is discarded."
         ),
     )
     q.add_argument("id", metavar="ID", type=job_id, help="job id")
@@ -115,13 +117,14 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
 
 
 def format_job(job: Job) -> str:
-    """Render every field of `job`, one per line; payload, result and last_error as indented blocks."""
+    """Render every field of `job`, one per line; payload, result, progress and last_error as
+    indented blocks."""
     lines: list[str] = []
     width = max(len(f.name) for f in dataclasses.fields(job)) + 2
     for f in dataclasses.fields(job):
         value = getattr(job, f.name)
         label = f"{f.name}:".ljust(width)
-        if f.name in ("payload", "result"):
+        if f.name in ("payload", "result", "progress"):
             text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
             if "\n" in text:
                 lines.append(label.rstrip())

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection, Mapping, Sequence
+import json
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from ..models import JobStatus
 from .args import UNIT_SECONDS
 
-__all__ = ["cell", "format_age", "format_duration", "format_relative", "jsonable", "render_table", "seconds_of"]
+__all__ = ["cell", "format_age", "format_duration", "format_relative", "jsonable", "print_rows", "render_table",
+           "seconds_of"]
 
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Collection[int] = ()) -> str:
@@ -92,3 +94,12 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, JobStatus):
         return value.value
     return value
+
+
+def print_rows(rows: Sequence[Mapping[str, Any]], as_json: bool, table: Callable[[Sequence[Mapping[str, Any]]], str]
+               ) -> None:
+    """Print `rows` as an indented JSON array (`as_json`) or as the text `table(rows)` renders."""
+    if as_json:
+        print(json.dumps([jsonable(row) for row in rows], indent=2))
+    else:
+        print(table(rows))

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .common import EXIT_OK, Commands, Formatter, open_queue
-from .render import cell, format_age, jsonable, render_table, seconds_of
+from .render import cell, format_age, print_rows, render_table, seconds_of
 
 __all__ = ["STATUS_COLUMNS", "format_status", "register"]
 
@@ -25,7 +24,8 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
             "  READY      queued jobs due now          SCHEDULED  queued jobs due later\n"
             "  RUNNING    claimed by a worker          EXPIRED    running, lease expired (to be rescued)\n"
             "  FAILED     failed for good              OLDEST     age of the oldest ready job\n"
-            "  DONE/MIN   jobs that succeeded in the last minute (throughput)"
+            "  DONE/MIN   jobs that succeeded in the last minute (throughput)\n"
+            "A paused queue (pgq queue pause) is marked '(paused)'."
         ),
     )
     p.add_argument("--json", action="store_true", help="print JSON (ages in seconds) instead of a table")
@@ -42,7 +42,7 @@ def format_status(rows: Sequence[Mapping[str, Any]]) -> str:
         return "no jobs in any queue"
     body = [
         [
-            cell(str(r["queue"])),
+            cell(str(r["queue"])) + (" (paused)" if r.get("paused") else ""),
             *(str(r[k]) for k in ("ready", "scheduled", "running", "expired_leases", "failed",
                                   "succeeded_last_minute")),
             format_age(seconds_of(r["oldest_ready_age"])),
@@ -65,8 +65,5 @@ def cmd_status(args: argparse.Namespace) -> int:
     """`pgq status`: the queue table, or its rows as JSON with `--json`."""
     with open_queue(args) as queue:
         rows = queue.stats()
-    if args.json:
-        print(json.dumps([jsonable(row) for row in rows], indent=2))
-    else:
-        print(format_status(rows))
+    print_rows(rows, args.json, format_status)
     return EXIT_OK

@@ -36,11 +36,13 @@ AckT = TypeVar("AckT")
 @dataclass(slots=True)
 class Acks:
     """Outcomes waiting to be sent: completions (claim, result), failures (claim, error, retry_in,
-    final) and snoozes or releases (claim, delay)."""
+    final) and snoozes or releases (claim, delay), with the progress their handlers reported last
+    and no heartbeat stored yet."""
 
     completes: list[tuple[Claim, JSON]] = field(default_factory=list)
     fails: list[tuple[Claim, str, float | None, bool]] = field(default_factory=list)
     snoozes: list[tuple[Claim, float]] = field(default_factory=list)
+    progress: dict[int, str] = field(default_factory=dict)  # job id -> progress not yet stored (JSON)
 
     def __len__(self) -> int:
         return len(self.completes) + len(self.fails) + len(self.snoozes)
@@ -91,6 +93,10 @@ class Acknowledger:
         self.pending.snoozes.append((claim, delay))
         self._pending()
 
+    def progress(self, job_id: int, progress: str) -> None:
+        """Store `progress` (JSON text) with the outcome of `job_id`, queued next."""
+        self.pending.progress[job_id] = progress
+
     def flush_all(self) -> None:
         """Send everything pending at once, and from now on without waiting (shutdown)."""
         self._now = True
@@ -126,6 +132,7 @@ class Acknowledger:
                 self.pending.completes[:0] = unsent.completes
                 self.pending.fails[:0] = unsent.fails
                 self.pending.snoozes[:0] = unsent.snoozes
+                self.pending.progress.update(batch.progress)
                 self._pending()
                 delay = min(0.05 * 2 ** min(failures, 10), 2.0) * random.uniform(0.5, 1.0)
                 with contextlib.suppress(TimeoutError):
@@ -156,11 +163,12 @@ class Acknowledger:
         self.acking.update(ids)
         unsent = Acks()
         try:
-            if batch.completes and not await self._send_completes(batch.completes):
+            progress = batch.progress or None
+            if batch.completes and not await self._send_completes(batch.completes, progress):
                 unsent.completes = batch.completes
-            if batch.fails and not await self._send_fails(batch.fails):
+            if batch.fails and not await self._send_fails(batch.fails, progress):
                 unsent.fails = batch.fails
-            if batch.snoozes and not await self._send_snoozes(batch.snoozes):
+            if batch.snoozes and not await self._send_snoozes(batch.snoozes, progress):
                 unsent.snoozes = batch.snoozes
         except Exception:
             # A bug, or bad data the database refused: never retried, never allowed to stop the
@@ -175,8 +183,9 @@ class Acknowledger:
             self.acking.difference_update(ids)
         return unsent
 
-    async def _send_completes(self, completes: list[tuple[Claim, JSON]]) -> bool:
-        done = await self._ack(_ops.complete([(c, r, None) for c, r in completes], raise_lost=False), completes)
+    async def _send_completes(self, completes: list[tuple[Claim, JSON]], progress: dict[int, str] | None) -> bool:
+        done = await self._ack(_ops.complete([(c, r, None) for c, r in completes], raise_lost=False,
+                                             progress=progress), completes)
         if done is None:
             return False
         count = self._state.count
@@ -187,8 +196,9 @@ class Acknowledger:
             self._settled(claim, status is not None, "complete")
         return True
 
-    async def _send_fails(self, fails: list[tuple[Claim, str, float | None, bool]]) -> bool:
-        failed = await self._ack(_ops.fail(fails, raise_lost=False), fails)
+    async def _send_fails(self, fails: list[tuple[Claim, str, float | None, bool]],
+                          progress: dict[int, str] | None) -> bool:
+        failed = await self._ack(_ops.fail(fails, raise_lost=False, progress=progress), fails)
         if failed is None:
             return False
         state = self._state
@@ -203,8 +213,8 @@ class Acknowledger:
             self._settled(claim, job is not None, "fail")
         return True
 
-    async def _send_snoozes(self, snoozes: list[tuple[Claim, float]]) -> bool:
-        snoozed = await self._ack(_ops.snooze(snoozes, raise_lost=False), snoozes)
+    async def _send_snoozes(self, snoozes: list[tuple[Claim, float]], progress: dict[int, str] | None) -> bool:
+        snoozed = await self._ack(_ops.snooze(snoozes, raise_lost=False, progress=progress), snoozes)
         if snoozed is None:
             return False
         state = self._state

@@ -1,22 +1,35 @@
-"""`Heartbeat`: renews the leases of every job a worker holds, in one statement every lease/3.
+"""`Heartbeat`: keeps the leases of every job a worker holds, and stops handlers that lost theirs.
 
 Jobs running, held in the prefetch buffer, or finished and awaiting their acknowledgement are all
-leased; the renewal is fenced by each attempt's lease token, so a job missing from the answer has
-lost its lease (rescued after expiry, cancelled, or finished elsewhere).
+leased; one statement every lease/3 renews them all, fenced by each attempt's lease token, and
+stores the progress handlers reported since. A job missing from the answer has lost its lease
+(cancelled, rescued after expiry, finished elsewhere): its handler is interrupted.
+
+When renewals fail (the database or the network is down), the worker stops the handlers itself
+before their leases can expire: a lease runs `lease` seconds from the database's clock when the
+renewal ran, which is after the renewal was sent, so a job whose last successful renewal was *sent*
+more than `lease` - lease/6 seconds ago (this machine's monotonic clock) is interrupted then, before
+a rescue can hand it to another worker. That bounds the time two handlers of one job can run at once
+by what the interrupted handler takes to stop (an async handler: until its next await).
+
+Without a LISTEN connection (behind PgBouncer) nobody notifies the worker of a cancellation, so
+every `check_every` seconds it reads which of its attempts lost their lease (a read, no write).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import psycopg
 
 from .. import _ops
 from ..client import AsyncQueue
 from ..errors import one_line
+from ..models import Claim
 from .acks import Acknowledger
-from .outcome import job_extra
+from .runner import Runner
 from .state import WorkerState
 
 __all__ = ["Heartbeat"]
@@ -25,13 +38,19 @@ logger = logging.getLogger("pgq.worker")
 
 
 class Heartbeat:
-    """The heartbeat of one run of a worker; `run()` as a task, until cancelled."""
+    """The leases of one run of a worker: `run()` renews them, `watch()` stops handlers whose lease
+    is lost or about to run out unrenewed; both as tasks, until cancelled. `check_every`: also read
+    lost leases at that period (None: a LISTEN connection reports cancellations)."""
 
-    def __init__(self, state: WorkerState, queue: AsyncQueue, acks: Acknowledger) -> None:
+    def __init__(self, state: WorkerState, queue: AsyncQueue, acks: Acknowledger, runner: Runner,
+                 *, check_every: float | None) -> None:
         self._state = state
         self._queue = queue
         self._acks = acks
+        self._runner = runner
         self._lease = state.config.lease
+        self._check_every = check_every
+        self._renewed: dict[int, float] = {}  # job id -> monotonic time its last successful renewal was sent
 
     async def run(self) -> None:
         """Renew every lease/3 (every second at most while the database fails)."""
@@ -44,26 +63,87 @@ class Heartbeat:
         """One renewal of every lease held (none: nothing sent); returns the seconds until the next."""
         lease = self._lease
         acking = self._acks.acking
-        claims = [c for i, c in self._state.inflight.items() if i not in acking]
+        state = self._state
+        claims = [c for i, c in state.inflight.items() if i not in acking]
         if not claims:
             return lease / 3
+        progress: dict[int, str] = {}
+        for claim in claims:
+            run = state.running.get(claim.id)
+            text = run.context.unsent_progress() if run is not None else None
+            if text is not None:
+                progress[claim.id] = text
+        sent = time.monotonic()
         try:
-            renewed = await self._queue._run(_ops.heartbeat([(c, lease) for c in claims], raise_lost=False))
+            renewed = await self._queue._run(
+                _ops.heartbeat([(c, lease) for c in claims], raise_lost=False, progress=progress))
         except (psycopg.OperationalError, psycopg.errors.QueryCanceled) as exc:
+            self._unsent(progress)
             logger.warning("heartbeat of %d jobs failed (%s); retrying", len(claims), one_line(exc),
                            extra={"event": "heartbeat_error"})
             return min(lease / 3, 1.0)
         except Exception:
+            self._unsent(progress)
             logger.exception("heartbeat failed", extra={"event": "heartbeat_error"})
             return lease / 3
-        inflight, running = self._state.inflight, self._state.running
+        for job_id in renewed:
+            self._renewed[job_id] = sent
+        self._lost([c for c in claims if c.id not in renewed])
+        for job_id in [i for i in self._renewed if i not in state.inflight]:
+            del self._renewed[job_id]
+        return lease / 3
+
+    def _unsent(self, progress: dict[int, str]) -> None:
+        # Progress a failed heartbeat carried goes with the next one.
+        for job_id in progress:
+            run = self._state.running.get(job_id)
+            if run is not None:
+                run.context.progress_sent = 0
+
+    def _lost(self, claims: list[Claim], reasons: dict[int, str] | None = None) -> None:
+        """Interrupt the attempts of `claims` whose lease the database no longer has, for
+        `reasons[id]` (default "lease lost": a renewal cannot tell a cancel from a rescue)."""
+        inflight, acking = self._state.inflight, self._acks.acking
         for claim in claims:
             # Lost only if still ours and not acknowledged meanwhile (an ack racing the heartbeat
             # also makes the row "not running under this token").
-            if (claim.id not in renewed and inflight.get(claim.id) is claim
-                    and claim.id not in acking and claim.id in running):
-                job = claim.job
-                logger.warning("job %d %s: lease lost while running (rescued, cancelled or finished "
-                               "elsewhere); its result will be refused", job.id, job.kind,
-                               extra=job_extra(job, "lease_lost"))
-        return lease / 3
+            if inflight.get(claim.id) is claim and claim.id not in acking:
+                self._runner.interrupt(claim.id, claim.token, (reasons or {}).get(claim.id, "lease lost"))
+
+    async def watch(self) -> None:
+        """Every second (or `check_every`, or lease/24, whichever is shortest): interrupt the handlers
+        whose lease may run out before a renewal lands, and without LISTEN read lost leases."""
+        margin = self._lease / 6
+        # A check a quarter of the margin late still stops the handler 3/4 of the margin early.
+        period = min(1.0, margin / 4, self._check_every or 1.0)
+        next_check = time.monotonic() + (self._check_every or 0.0)
+        while True:
+            await asyncio.sleep(period)
+            self._expiring(time.monotonic(), margin)
+            if self._check_every is not None and time.monotonic() >= next_check:
+                next_check = time.monotonic() + self._check_every
+                await self._check()
+
+    def _expiring(self, now: float, margin: float) -> None:
+        state = self._state
+        deadline = now + margin - self._lease  # renewed (or claimed) before this: too old
+        for job_id, run in list(state.running.items()):
+            if run.interrupted is None and self._renewed.get(job_id, run.claimed_at) < deadline:
+                logger.warning("job %d %s: lease not renewed for %.1f s (database unreachable?)", job_id,
+                               run.claim.job.kind, now - self._renewed.get(job_id, run.claimed_at),
+                               extra={"event": "lease_expiring", "job_id": job_id})
+                self._runner.interrupt(job_id, run.claim.token, "lease lost")
+        for claim, claimed_at in list(state.held):
+            if self._renewed.get(claim.id, claimed_at) < deadline:
+                self._runner.interrupt(claim.id, claim.token, "lease lost")
+
+    async def _check(self) -> None:
+        acking = self._acks.acking
+        claims = [c for i, c in self._state.inflight.items() if i not in acking]
+        if not claims:
+            return
+        try:
+            lost = await self._queue._run(_ops.lease_check(claims))
+        except (psycopg.OperationalError, psycopg.errors.QueryCanceled):
+            return  # the heartbeat reports the outage
+        self._lost([c for c in claims if c.id in lost], lost)

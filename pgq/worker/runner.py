@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..app import Snooze, Task, _current, _job_context
+from ..app import JobContext, Snooze, Task, _current
 from ..errors import InvalidJob
 from ..models import Claim, Job, encode_json
 from .acks import Acknowledger
@@ -44,7 +44,7 @@ class Runner:
         """Start `claim`'s handler (the caller made sure a slot is free)."""
         job = claim.job
         self._state.count("claimed", job)
-        run = Running(claim, claimed_at)
+        run = Running(claim, claimed_at, JobContext(claim, claimed_at))
         self._running[job.id] = run
         task = self._tasks.get(job.kind)
         if task is not None and not task.is_async and task.timeout is None:
@@ -58,9 +58,52 @@ class Runner:
             else:
                 self._log_start(job)
                 run.started = time.monotonic()
-                self._threads.call(sync_call(task, kwargs, run), functools.partial(self._sync_done, run, task))
+                self._threads.call(sync_call(task, kwargs, run.context),
+                                   functools.partial(self._sync_done, run, task))
                 return
         run.task = asyncio.get_running_loop().create_task(self._execute(run))
+
+    def interrupt(self, job_id: int, token: str | None, reason: str) -> bool:
+        """Stop the attempt `job_id` runs under lease `token` (None: whichever), because of `reason`
+        ("cancelled" or "lease lost"): a prefetched job is dropped before it starts; a running async
+        handler is cancelled (CancelledError at its next await); a sync handler's
+        `cancel_requested()` turns True, and its slot stays taken until it returns. No outcome is sent
+        for it. Returns whether this worker held the attempt."""
+        state = self._state
+        claim = state.inflight.get(job_id)
+        if claim is None or (token is not None and claim.token != token):
+            return False
+        run = self._running.get(job_id)
+        if run is None:
+            held = next((h for h in state.held if h[0] is claim), None)
+            if held is None:
+                return False  # finished, awaiting its acknowledgement: that will be refused or lands
+            state.held.remove(held)
+            del state.inflight[job_id]
+            self._log_interrupt(claim.job, reason, "before it started")
+            return True
+        if run.interrupted is not None or run.released:
+            return True
+        run.interrupted = reason
+        run.context.cancelled = True
+        task = self._tasks.get(claim.job.kind)
+        if run.task is not None and task is not None and task.is_async:
+            run.task.cancel()
+        self._log_interrupt(claim.job, reason, "its handler is being stopped")
+        return True
+
+    def on_cancel(self, payload: str) -> None:
+        """A notification on channel pgq_cancel: `payload` is '<job id>:<lease token>' of an attempt
+        that was cancelled; interrupt it if this worker holds it."""
+        job_id, _, token = payload.partition(":")
+        if job_id.isdigit() and token:
+            self.interrupt(int(job_id), token, "cancelled")
+
+    def _log_interrupt(self, job: Job, reason: str, what: str) -> None:
+        self._state.count("lost" if reason == "lease lost" else "cancelled", job)
+        level = logging.INFO if reason == "cancelled" else logging.WARNING
+        logger.log(level, "job %d %s: %s; %s", job.id, job.kind, reason, what,
+                   extra={**job_extra(job, "job_interrupt"), "reason": reason})
 
     def _log_start(self, job: Job) -> None:
         if logger.isEnabledFor(logging.DEBUG):
@@ -89,12 +132,16 @@ class Runner:
                 value = await self._call(task, kwargs, run)
             except asyncio.CancelledError as exc:
                 current = asyncio.current_task()
+                if run.interrupted is not None and current is not None and current.cancelling():
+                    current.uncancel()  # our own interruption: the run ends here, with no outcome to send
+                    outcome = run.interrupted
+                    return
                 if run.released or (current is not None and current.cancelling()):
                     raise
                 failed = exc  # raised by the handler itself: a failure like any other
             except BaseException as exc:  # SystemExit, KeyboardInterrupt from a handler: still just a failure
                 failed = exc
-            outcome, error = self._conclude(claim, task, value, failed)
+            outcome, error = self._conclude(run, task, value, failed)
         finally:
             self.end_run(run, outcome, error)
 
@@ -104,14 +151,21 @@ class Runner:
             return
         outcome, error = "released", None
         try:
-            outcome, error = self._conclude(run.claim, task, value, failed)
+            outcome, error = self._conclude(run, task, value, failed)
         finally:
             self.end_run(run, outcome, error)
 
-    def _conclude(self, claim: Claim, task: Task | None, value: Any,
+    def _conclude(self, run: Running, task: Task | None, value: Any,
                   failed: BaseException | None) -> tuple[str, str | None]:
         """Queue the acknowledgement of an attempt that returned `value` or raised `failed`; return
-        its outcome and, for a failure, the error summary."""
+        its outcome and, for a failure, the error summary. An interrupted attempt sends nothing: the
+        job is cancelled, or its lease belongs to another attempt now."""
+        if run.interrupted is not None:
+            return run.interrupted, None
+        claim = run.claim
+        progress = run.context.unsent_progress()
+        if progress is not None:
+            self._acks.progress(claim.id, progress)
         if failed is None and isinstance(value, Snooze):
             failed = value
         if failed is None and value is not None:
@@ -138,6 +192,8 @@ class Runner:
         job = run.claim.job
         if self._running.get(job.id) is run:
             del self._running[job.id]
+        if run.interrupted is not None and state.inflight.get(job.id) is run.claim:
+            del state.inflight[job.id]  # no acknowledgement will settle it: it is not ours any more
         seconds = time.monotonic() - run.started
         if run.started:
             state.prefetch.job_ran(seconds)
@@ -148,13 +204,13 @@ class Runner:
 
     async def _call(self, task: Task, kwargs: dict[str, Any], run: Running) -> Any:
         if not task.is_async:  # with a timeout (`start` runs the others): awaited, abandoned when late
-            future = self._threads.submit(sync_call(task, kwargs, run))
+            future = self._threads.submit(sync_call(task, kwargs, run.context))
             done, _ = await asyncio.wait({future}, timeout=task.timeout)
             if not done:
                 self._abandon(run, future)
                 raise HandlerTimeout(task.timeout)
             return future.result()
-        token = _current.set(_job_context(run.claim, run.claimed_at))
+        token = _current.set(run.context)
         try:
             if task.timeout is None:
                 return await task.func(**kwargs)
@@ -201,9 +257,9 @@ class Runner:
                        job.max_attempts, outcome, seconds * 1000, clip(error, 500), extra=extra)
 
 
-def sync_call(task: Task, kwargs: dict[str, Any], run: Running) -> Callable[[], Any]:
+def sync_call(task: Task, kwargs: dict[str, Any], job_context: JobContext) -> Callable[[], Any]:
     """A sync handler's call, for a thread: in a copy of the current context in which
-    `current_job()` is this run's job."""
+    `current_job()` (and `cancel_requested()`, `set_progress()`) are this run's."""
     context = contextvars.copy_context()
-    context.run(_current.set, _job_context(run.claim, run.claimed_at))
+    context.run(_current.set, job_context)
     return functools.partial(context.run, task.func, **kwargs)

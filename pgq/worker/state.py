@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..app import JobContext
 from ..models import Claim, Job
 from .config import WorkerConfig
 from .prefetch import Prefetch
@@ -24,18 +25,21 @@ if TYPE_CHECKING:
 
 __all__ = ["COUNTERS", "Running", "WorkerState"]
 
-COUNTERS = ("claimed", "succeeded", "retried", "failed", "snoozed", "released", "lost")
+COUNTERS = ("claimed", "succeeded", "retried", "failed", "snoozed", "released", "lost", "cancelled")
 """The worker's counters (`Worker.stats`)."""
 
 
 @dataclass(slots=True, eq=False)
 class Running:
-    """A job in one of the worker's slots."""
+    """A job in one of the worker's slots. `context` is what its handler sees (`current_job()`,
+    `cancel_requested()`, `set_progress()`)."""
 
     claim: Claim
     claimed_at: float
+    context: JobContext
     task: asyncio.Task[None] | None = None  # None: a sync handler run through Threads.call
     released: bool = False  # handed back to the queue at shutdown while it ran
+    interrupted: str | None = None  # why the worker stopped it ("cancelled", "lease lost"): no outcome is sent
     started: float = 0.0  # monotonic, when its handler was started
 
 

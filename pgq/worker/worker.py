@@ -151,7 +151,7 @@ class Worker:
         installed = self._install_signals(loop) if handle_signals else []
         background: list[asyncio.Task[Any]] = []
         try:
-            listener = self._listener(producer, dsn, pgbouncer)
+            listener = self._listener(producer, runner, dsn, pgbouncer)
             self._watch(state, listener)
             if cfg.metrics_port is not None:
                 self._start_metrics(dsn)
@@ -159,7 +159,11 @@ class Worker:
                         ", ".join(cfg.queues) if cfg.queues else "(all)", cfg.concurrency, cfg.lease,
                         extra={"event": "worker_start", "worker": cfg.claimed_by})
             background.append(self._spawn(acks.run(), "flusher"))
-            background.append(self._spawn(Heartbeat(state, queue, acks).run(), "heartbeat"))
+            # Without LISTEN, cancellations are learnt by reading the leases every poll interval.
+            heartbeat = Heartbeat(state, queue, acks, runner,
+                                  check_every=None if listener is not None else cfg.poll_interval)
+            background.append(self._spawn(heartbeat.run(), "heartbeat"))
+            background.append(self._spawn(heartbeat.watch(), "lease-watch"))
             if listener is not None:
                 background.append(self._spawn(listener.run(), "listener"))
             if cfg.maintenance:
@@ -203,8 +207,9 @@ class Worker:
             state.begin_stop()
         return state
 
-    def _listener(self, producer: Producer, dsn: str, pgbouncer: bool) -> Listener | None:
-        """The LISTEN connection that wakes the producer, or None when the worker polls only."""
+    def _listener(self, producer: Producer, runner: Runner, dsn: str, pgbouncer: bool) -> Listener | None:
+        """The LISTEN connection that wakes the producer and reports cancelled jobs to the runner, or
+        None when the worker polls only."""
         cfg = self.config
         if not cfg.listen:
             return None
@@ -213,8 +218,8 @@ class Worker:
                         "polling every %g s", cfg.claimed_by, cfg.poll_interval,
                         extra={"event": "worker_poll_only", "worker": cfg.claimed_by})
             return None
-        return Listener(cfg.listen_dsn or dsn, on_notify=producer.on_notify, on_connect=producer.on_listen,
-                        connect_kwargs=self.app.connect_kwargs)
+        return Listener(cfg.listen_dsn or dsn, channels={"pgq": producer.on_notify, "pgq_cancel": runner.on_cancel},
+                        on_connect=producer.on_listen, connect_kwargs=self.app.connect_kwargs)
 
     def _start_metrics(self, dsn: str) -> None:
         cfg = self.config

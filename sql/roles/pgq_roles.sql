@@ -85,7 +85,9 @@ GRANT SELECT ON ALL TABLES IN SCHEMA pgq TO {producer};
 GRANT EXECUTE ON FUNCTION
     pgq.enqueue(text, jsonb, text, integer, timestamptz, text, bigint, integer),
     pgq.enqueue_many(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], text[], bigint[],
-                     integer[])
+                     integer[]),
+    -- Waiting for a job's outcome (Queue.wait) marks it awaited, so that finishing it notifies.
+    pgq.mark_awaited(bigint)
     TO {producer};
 
 -- A single job without a dedupe key is one plain INSERT (sql/job_insert_one.sql): the columns of a
@@ -93,10 +95,11 @@ GRANT EXECUTE ON FUNCTION
 GRANT INSERT (kind, payload, queue, priority, run_at, max_attempts, input_watermark) ON pgq.jobs TO {producer};
 -- A worker is a producer too (handlers enqueue, the periodic step enqueues ticks).
 GRANT {producer} TO {worker};
--- Only the columns that claim, complete, fail, heartbeat, snooze and rescue write; never a job's
--- identity or input (id, queue, kind, payload, priority, dedupe_key, input_watermark, max_attempts).
+-- Only the columns that claim, complete, fail, heartbeat, snooze and rescue write (and the progress
+-- handlers report); never a job's identity or input (id, queue, kind, payload, priority, dedupe_key,
+-- input_watermark, max_attempts).
 GRANT UPDATE (status, attempts, run_at, lease_token, lease_expires_at, claimed_by, started_at, finished_at,
-              last_error, result, done_watermark)
+              last_error, result, done_watermark, progress)
     ON pgq.jobs TO {worker};
 -- Processed watermarks of dedupe keys (job_complete).
 GRANT INSERT, UPDATE (done_watermark, job_id, updated_at) ON pgq.key_watermarks TO {worker};

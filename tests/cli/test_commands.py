@@ -434,14 +434,15 @@ def _all_commands() -> list[list[str]]:
 def test_every_command_is_covered_by_the_help_test() -> None:
     names = {" ".join(path) for path in _all_commands()}
     assert names == {"", "migrate", "worker", "enqueue", "status", "jobs", "jobs list", "jobs show", "jobs retry",
-                     "jobs cancel", "purge", "demo", "bench", "roles"}
+                     "jobs cancel", "purge", "demo", "bench", "roles", "queue", "queue list", "queue pause",
+                     "queue resume"}
 
 
 @pytest.mark.parametrize("path", _all_commands(), ids=lambda p: " ".join(p) or "pgq")
 def test_help_of_every_command_exits_0(cli: CLI, path: list[str]) -> None:
     result = cli(*path, "--help")
     assert result.code == 0 and result.out.startswith("usage: pgq")
-    if path and path != ["jobs"]:
+    if path and path not in (["jobs"], ["queue"]):
         assert "--dsn" in result.out
 
 

@@ -300,6 +300,14 @@ def test_purge_deletes_old_finished_jobs_in_batches(pgq_queue: Queue, db: SQL,
     assert pgq_queue.purge(dt.timedelta(days=7)) == 0
     with pytest.raises(InvalidJob):
         pgq_queue.purge(-1)
+    with pytest.raises(InvalidJob):
+        pgq_queue.purge(dt.timedelta(seconds=-1))
+    assert db("SELECT count(*) AS n FROM pgq.jobs") == [{"n": 14}]  # nothing deleted by the refusals
+    # timedelta(0) (or 0): every finished job, however recent.
+    assert pgq_queue.purge(dt.timedelta(0)) == 1
+    assert pgq_queue.purge(0) == 0
+    left = db("SELECT status::text, count(*) AS n FROM pgq.jobs GROUP BY 1 ORDER BY 1")
+    assert left == [{"status": "queued", "n": 9}, {"status": "running", "n": 4}]
 
 
 def test_operations_on_an_unmigrated_database_say_so(pgq_empty_dsn: str) -> None:

@@ -135,11 +135,12 @@ def test_acknowledgements_probe_the_primary_key_not_the_running_index(
     claims = pgq_queue.claim(worker="w", queues=["q"], limit=200)
     ids, tokens = [c.id for c in claims], [c.token for c in claims]
     params: dict[str, dict[str, Any]] = {
-        "job_complete": {"ids": ids, "tokens": tokens, "results": [None] * 200, "watermarks": [None] * 200},
+        "job_complete": {"ids": ids, "tokens": tokens, "results": [None] * 200, "watermarks": [None] * 200,
+                         "progress": None},
         "job_fail": {"ids": ids, "tokens": tokens, "errors": ["e"] * 200, "retry_in": [None] * 200,
-                     "finals": [False] * 200},
-        "job_heartbeat": {"ids": ids, "tokens": tokens, "lease_s": [60.0] * 200},
-        "job_snooze": {"ids": ids, "tokens": tokens, "delays": [1.0] * 200},
+                     "finals": [False] * 200, "progress": None},
+        "job_heartbeat": {"ids": ids, "tokens": tokens, "lease_s": [60.0] * 200, "progress": None},
+        "job_snooze": {"ids": ids, "tokens": tokens, "delays": [1.0] * 200, "progress": None},
     }
     with psycopg.connect(pgq_dsn) as conn:
         rows = conn.execute(b"EXPLAIN " + _sql.query(name).encode(), params[name]).fetchall()

@@ -76,3 +76,33 @@ def test_watermark_from_sql_api_and_python_agree(pgq_queue: Queue, db: SQL) -> N
 
 def test_unknown_key_is_not_dirty(pgq_queue: Queue) -> None:
     assert not pgq_queue.is_dirty("default", "never-seen")
+
+
+def test_an_enqueue_racing_the_completion_adds_no_run_of_processed_input(pgq_dsn: str, pgq_queue: Queue,
+                                                                        db: SQL) -> None:
+    # The key's run processed watermark 5 and its acknowledgement is in flight (not committed) when
+    # watermark 5 is enqueued again. Either order of the two is covered by the contract: no second
+    # run. The enqueue waits for the acknowledgement and then answers with the job that processed it.
+    import threading
+    import time
+
+    import psycopg
+
+    from pgq import _sql
+
+    job_id = pgq_queue.enqueue("build", dedupe_key="doc:3", watermark=5)
+    [claim] = pgq_queue.claim(worker="w")
+    answers: list[int] = []
+    with psycopg.connect(pgq_dsn) as finisher:  # one open transaction
+        finisher.execute(_sql.query("job_complete"), {
+            "ids": [claim.id], "tokens": [claim.token], "results": [None], "watermarks": [5], "progress": None})
+        enqueuer = threading.Thread(
+            target=lambda: answers.append(pgq_queue.enqueue("build", dedupe_key="doc:3", watermark=5)))
+        enqueuer.start()
+        time.sleep(0.5)
+        assert answers == []  # waiting for the acknowledgement's transaction
+        finisher.commit()
+    enqueuer.join(10)
+    assert answers == [job_id]
+    assert db("SELECT id, status::text FROM pgq.jobs") == [{"id": job_id, "status": "succeeded"}]
+    assert not pgq_queue.is_dirty("default", "doc:3")

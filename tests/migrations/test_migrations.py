@@ -247,7 +247,7 @@ def test_every_table_column_view_function_and_type_has_a_comment(pgq_dsn: str) -
     uncommented += [("column", f"{row[0]}.{row[2]}") for row in snapshot["columns"] if row[0] in tables and not row[8]]
     uncommented += [("function", row[0]) for row in snapshot["functions"] if not row[3]]
     uncommented += [("type", row[0]) for row in snapshot["types"] if row[1] == "e" and not row[2]]
-    assert tables == {"jobs", "key_watermarks", "concurrency_limits"}
+    assert tables == {"jobs", "key_watermarks", "concurrency_limits", "paused_queues"}
     assert uncommented == []
     assert snapshot["schema"][0][1]
 
@@ -404,3 +404,46 @@ def test_0003_sets_churn_storage_parameters_and_its_downgrade_removes_everything
     assert query(pgq_dsn, added) == []
     migrate.upgrade(pgq_dsn)
     assert query(pgq_dsn, reloptions) == [(options,)]
+
+
+def test_0004_adds_run_control_and_its_downgrade_removes_it(pgq_dsn: str) -> None:
+    added = """
+        SELECT 'column' FROM pg_attribute WHERE attrelid = 'pgq.jobs'::regclass AND attname = 'progress'
+        UNION ALL SELECT 'trigger' FROM pg_trigger WHERE tgname = 'jobs_notify_cancel'
+        UNION ALL SELECT 'function ' || proname FROM pg_proc
+                  WHERE pronamespace = 'pgq'::regnamespace AND proname IN ('cancel', 'jobs_notify_cancel')
+        UNION ALL SELECT 'view column' FROM pg_attribute
+                  WHERE attrelid = 'pgq.running_jobs'::regclass AND attname = 'progress'
+        ORDER BY 1
+    """
+    everything = [("column",), ("function cancel",), ("function jobs_notify_cancel",), ("trigger",),
+                  ("view column",)]
+    assert query(pgq_dsn, added) == everything
+
+    migrate.downgrade(pgq_dsn, "0003")
+
+    assert query(pgq_dsn, added) == []
+    assert query(pgq_dsn, "SELECT count(*) FROM pgq.running_jobs") == [(0,)]  # the view still works
+    migrate.upgrade(pgq_dsn)
+    assert query(pgq_dsn, added) == everything
+
+
+def test_0005_adds_queue_pausing_and_its_downgrade_removes_it(pgq_dsn: str) -> None:
+    added = """
+        SELECT 'table' FROM pg_class WHERE oid = to_regclass('pgq.paused_queues')
+        UNION ALL SELECT 'function ' || proname FROM pg_proc
+                  WHERE pronamespace = 'pgq'::regnamespace AND proname IN ('pause', 'resume')
+        UNION ALL SELECT 'view column' FROM pg_attribute
+                  WHERE attrelid = 'pgq.queue_stats'::regclass AND attname = 'paused'
+        ORDER BY 1
+    """
+    everything = [("function pause",), ("function resume",), ("table",), ("view column",)]
+    assert query(pgq_dsn, added) == everything
+    query(pgq_dsn, "SELECT pgq.pause('q')")
+
+    migrate.downgrade(pgq_dsn, "0004")
+
+    assert query(pgq_dsn, added) == []
+    assert query(pgq_dsn, "SELECT count(*) FROM pgq.queue_stats") == [(0,)]
+    migrate.upgrade(pgq_dsn)
+    assert query(pgq_dsn, added) == everything

@@ -190,6 +190,8 @@ def test_producer_cannot_claim_change_or_delete_jobs(roles: Roles) -> None:
         refused(lambda: q.purge(0))
         refused(lambda: q.rescue_expired())
         refused(lambda: q.set_concurrency_limit("k", 1))
+        refused(lambda: q.pause("q"))
+        refused(lambda: q.resume("q"))
     for statement in (
         "UPDATE pgq.jobs SET priority = 0",
         "UPDATE pgq.jobs SET input_watermark = 99",
@@ -211,6 +213,9 @@ def test_producer_cannot_claim_change_or_delete_jobs(roles: Roles) -> None:
     ):
         assert_refused(roles.producer, statement)
     assert table_state(roles) == before
+    # Waiting for a result is a producer's right (through pgq.mark_awaited: no UPDATE on pgq.jobs).
+    with pgq.Queue(roles.producer) as q, pytest.raises(TimeoutError):
+        q.wait(ids["queued"], timeout=0.2)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -96,7 +96,7 @@ def test_job_from_tuple_and_claims_from_tuples_fill_every_field_in_table_order()
     at = [dt.datetime(2026, 1, 1, second=s, tzinfo=dt.UTC) for s in range(5)]
     names = [f.name for f in dataclasses.fields(Job)]
     row = (7, "q", "k", {"a": [1]}, -3, "running", at[0], 2, 5, "key", "tok", at[1], "w-1", "boom", {"r": 1},
-           11, 9, at[2], at[3], at[4])
+           11, 9, at[2], at[3], at[4], {"step": 3})
     expected = dict(zip(names, row, strict=True), status=JobStatus.RUNNING)
     job = Job.from_tuple(row)
     assert dataclasses.asdict(job) == expected
@@ -111,13 +111,19 @@ def test_job_from_tuple_and_claims_from_tuples_fill_every_field_in_table_order()
             Job.from_tuple(bad)
 
 
-def test_the_workers_job_context_equals_the_dataclass_built_one() -> None:
-    from pgq.app import JobContext, _job_context
+def test_the_job_context_tracks_progress_versions_and_cancellation() -> None:
+    from pgq.app import JobContext
     from pgq.models import Claim, Job
 
     job = Job(1, "q", "k", None, 0, JobStatus.RUNNING, dt.datetime(2026, 1, 1, tzinfo=dt.UTC), 1, 3, None, "t",
               None, "w", None, None, None, None, dt.datetime(2026, 1, 1, tzinfo=dt.UTC), None, None)
     claim = Claim(job, "t", dt.timedelta(seconds=5))
-    context = _job_context(claim, 12.5)
-    assert context == JobContext(claim, 12.5)
-    assert (context.claim, context.claimed_at) == (claim, 12.5)
+    context = JobContext(claim, 12.5)
+    assert (context.claim, context.claimed_at, context.cancelled) == (claim, 12.5, False)
+    assert context.unsent_progress() is None
+    context.progress = (1, '{"a": 1}')
+    assert context.unsent_progress() == '{"a": 1}'
+    assert context.unsent_progress() is None  # sent once
+    context.progress = (2, '{"a": 2}')
+    context.progress = (3, '{"a": 3}')
+    assert context.unsent_progress() == '{"a": 3}'  # only the latest

@@ -29,7 +29,7 @@ from .conftest import DB, FrozenClient, async_wait_for, freeze_mid_claim, run_wo
 
 MAINTENANCE_IDLE_LIMIT_S = 5  # _ops.TRANSACTION_IDLE_LIMIT, which sql/maintenance_lock.sql sets
 
-# The listener's backend: its last statement is the LISTEN or the liveness ping (sql/listen.sql, ping.sql).
+# The listener's backend: its last statement is the LISTEN or the liveness ping (pgq/listener.py, sql/ping.sql).
 LISTENER = ("datname = current_database() AND (query LIKE '%%LISTEN pgq%%' OR query LIKE '-- ping:%%') "
             "AND pid <> pg_backend_pid()")
 
@@ -288,8 +288,8 @@ def test_listener_reconnects_after_its_connection_is_killed(pgq_dsn: str, db: DB
     connects: list[float] = []
 
     async def main() -> Listener:
-        listener = Listener(pgq_dsn, on_notify=received.append, on_connect=lambda: connects.append(time.monotonic()),
-                            idle_check=0.5)
+        listener = Listener(pgq_dsn, channels={"pgq": received.append},
+                            on_connect=lambda: connects.append(time.monotonic()), idle_check=0.5)
         task = asyncio.create_task(listener.run())
         try:
             await async_wait_for(lambda: asyncio.sleep(0, listener.connected), 5, "the listener to connect")

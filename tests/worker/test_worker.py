@@ -388,15 +388,22 @@ def test_heartbeat_keeps_a_long_sync_job_alive_past_its_lease(pgq_dsn: str, db: 
     assert worker.stats["lost"] == 0
 
 
-def test_cancelled_job_is_a_lost_lease_logged_not_a_crash(pgq_dsn: str, db: DB,
-                                                         caplog: pytest.LogCaptureFixture) -> None:
+def _cancel_while_running(pgq_dsn: str, outcome: list[str], **settings: Any) -> pgq.Worker:
+    """Run a worker (`settings`) on an async job that sleeps `settings.pop("sleep")` seconds, cancel
+    it once it started, then run one more job; return the worker. `outcome` gets "cancelled" if the
+    handler saw CancelledError."""
     app = pgq.App(pgq_dsn)
     started = threading.Event()
+    sleep = settings.pop("sleep")
 
     @app.task
     async def victim() -> str:
         started.set()
-        await asyncio.sleep(0.5)
+        try:
+            await asyncio.sleep(sleep)
+        except asyncio.CancelledError:
+            outcome.append("cancelled")
+            raise
         return "too late"
 
     @app.task
@@ -409,11 +416,33 @@ def test_cancelled_job_is_a_lost_lease_logged_not_a_crash(pgq_dsn: str, db: DB,
         await queue.cancel(job_id)
         await after.defer_async()
 
+    worker = asyncio.run(run_worker_until(app, all_finished, before=before, **settings))
+    app.close()
+    return worker
+
+
+def test_a_refused_completion_is_a_lost_lease_logged_not_a_crash(pgq_dsn: str, db: DB,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    # Without LISTEN and before its first lease check (every poll interval), the worker has not heard
+    # of the cancel when the handler returns: its completion is refused, and counted as a lost lease.
     caplog.set_level(logging.WARNING, logger="pgq.worker")
-    worker = asyncio.run(run_worker_until(app, all_finished, before=before))
+    outcome: list[str] = []
+    worker = _cancel_while_running(pgq_dsn, outcome, sleep=0.5, listen=False, poll_interval=3)
+    assert outcome == []
     assert db.status_counts() == {"cancelled": 1, "succeeded": 1}
-    assert worker.stats["lost"] == 1
+    assert (worker.stats["lost"], worker.stats["cancelled"]) == (1, 0)
     assert any("complete refused: lease lost" in r.getMessage() for r in caplog.records)
+
+
+def test_a_cancelled_job_is_interrupted_counted_and_logged(pgq_dsn: str, db: DB,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="pgq.worker")
+    outcome: list[str] = []
+    worker = _cancel_while_running(pgq_dsn, outcome, sleep=30, timeout=10)
+    assert outcome == ["cancelled"]
+    assert db.status_counts() == {"cancelled": 1, "succeeded": 1}
+    assert (worker.stats["lost"], worker.stats["cancelled"]) == (0, 1)
+    assert any(": cancelled; its handler is being stopped" in r.getMessage() for r in caplog.records)
 
 
 def test_stop_drains_running_jobs_to_completion(pgq_dsn: str, db: DB) -> None:

@@ -84,6 +84,37 @@ def chaos(n: int, ms: float, rerun_ms: float) -> dict[str, Any]:
     return {"n": n, "token": str(pgq.current_job().lease_token)}
 
 
+@app.task(name="stoppable_async", queue="work")
+async def stoppable_async(n: int, seconds: float) -> str:
+    """Record the start, sleep `seconds` on the event loop; record 'interrupted' when cancelled."""
+    await asyncio.to_thread(record, n, "started")
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        await asyncio.shield(asyncio.to_thread(record, n, "interrupted"))
+        raise
+    await asyncio.to_thread(record, n, "finished")
+    return "done"
+
+
+@app.task(name="stoppable_sync", queue="work")
+def stoppable_sync(n: int, seconds: float) -> str:
+    """Record the start, then work in 20 ms steps for `seconds`, reporting progress, until
+    `pgq.cancel_requested()`; record 'interrupted' or 'finished'."""
+    record(n, "started")
+    deadline = time.monotonic() + seconds
+    step = 0
+    while time.monotonic() < deadline:
+        if pgq.cancel_requested():
+            record(n, "interrupted")
+            return "stopped"
+        step += 1
+        pgq.set_progress({"step": step})
+        time.sleep(0.02)
+    record(n, "finished")
+    return "done"
+
+
 if os.environ.get("PGQ_TEST_PERIODIC") == "1":
 
     @app.periodic(every=1, name="tick", queue="work")

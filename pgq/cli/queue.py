@@ -1,0 +1,94 @@
+"""`pgq queue list|pause|resume`: the queues, and stopping or restarting the claiming of one."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .common import EXIT_OK, Commands, Formatter, open_queue
+from .render import cell, format_age, print_rows, render_table, seconds_of
+
+__all__ = ["format_queues", "register"]
+
+QUEUE_COLUMNS = ("QUEUE", "STATE", "READY", "SCHEDULED", "RUNNING", "FAILED", "OLDEST", "PAUSED SINCE")
+
+
+def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
+    """Add this command to `commands` (`dsn`: the parent parser with --dsn and --pgbouncer)."""
+    p = commands.add_parser(
+        "queue",
+        formatter_class=Formatter,
+        help="list queues, pause or resume one",
+        description=(
+            "List the queues, or pause and resume one. A paused queue keeps accepting jobs, and\n"
+            "its running jobs finish, but no worker anywhere starts another of its jobs until it is\n"
+            "resumed; workers need no restart. The state is stored in the database\n"
+            "(table pgq.paused_queues; SQL: SELECT pgq.pause('name'), SELECT pgq.resume('name'))."
+        ),
+    )
+    actions = p.add_subparsers(dest="queue_command", metavar="ACTION", required=True)
+
+    q = actions.add_parser(
+        "list", parents=[dsn], formatter_class=Formatter, help="list queues: state and job counts",
+        description="List every queue that holds jobs or is paused: its state (running or paused)\n"
+                    "and its job counts.",
+    )
+    q.add_argument("--json", action="store_true", help="print a JSON array (ages in seconds) instead of a table")
+    q.set_defaults(handler=cmd_queue_list)
+
+    q = actions.add_parser(
+        "pause", parents=[dsn], formatter_class=Formatter, help="stop workers from claiming a queue's jobs",
+        description="Pause queue NAME: when this command returns, no worker claims its jobs any more.\n"
+                    "Running jobs finish; enqueueing still works. Pausing a paused queue changes nothing.",
+    )
+    q.add_argument("name", metavar="NAME", help="queue name")
+    q.set_defaults(handler=cmd_queue_pause)
+
+    q = actions.add_parser(
+        "resume", parents=[dsn], formatter_class=Formatter, help="let workers claim a paused queue's jobs again",
+        description="Resume paused queue NAME and wake idle workers, so its ready jobs start at once.",
+    )
+    q.add_argument("name", metavar="NAME", help="queue name")
+    q.set_defaults(handler=cmd_queue_resume)
+
+
+def format_queues(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Render rows of `Queue.stats()` as the `pgq queue list` table ("no queues" when empty)."""
+    if not rows:
+        return "no queues (no jobs, none paused)"
+    body = [
+        [
+            cell(str(r["queue"])),
+            "paused" if r["paused"] else "running",
+            *(str(r[k]) for k in ("ready", "scheduled", "running", "failed")),
+            format_age(seconds_of(r["oldest_ready_age"])),
+            r["paused_at"].isoformat(sep=" ", timespec="seconds") if r["paused_at"] else "-",
+        ]
+        for r in rows
+    ]
+    return render_table(QUEUE_COLUMNS, body, right=range(2, 7))
+
+
+def cmd_queue_list(args: argparse.Namespace) -> int:
+    """`pgq queue list`: one row per queue with its state and counts, or JSON with `--json`."""
+    with open_queue(args) as queue:
+        rows = queue.stats()
+    print_rows(rows, args.json, format_queues)
+    return EXIT_OK
+
+
+def cmd_queue_pause(args: argparse.Namespace) -> int:
+    """`pgq queue pause NAME`."""
+    with open_queue(args) as queue:
+        changed = queue.pause(args.name)
+    print(f"queue {cell(args.name)} is paused" + ("" if changed else " (it was already)"))
+    return EXIT_OK
+
+
+def cmd_queue_resume(args: argparse.Namespace) -> int:
+    """`pgq queue resume NAME`."""
+    with open_queue(args) as queue:
+        changed = queue.resume(args.name)
+    print(f"queue {cell(args.name)} is running" + ("" if changed else " (it was not paused)"))
+    return EXIT_OK

@@ -1,0 +1,291 @@
+"""Control of running jobs: a cancel interrupts the handler (async: CancelledError; sync:
+`cancel_requested()`), a lost lease stops it, a worker that cannot renew stops its own handlers
+before the lease can run out, and progress reaches the database with the heartbeat. Workers run as
+real processes where the issue asks for it (tests/worker/runner.py) and in-process otherwise."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+import pgq
+from pgq import AsyncQueue, JobStatus
+
+from .conftest import DB, WorkerProcess, run_worker_until, wait_for
+
+Spawn = Callable[..., WorkerProcess]
+
+
+def notes(db: DB, job_id: int) -> list[str]:
+    """The `effects` notes the job's handlers wrote, in order."""
+    return [r["note"] for r in db.rows("SELECT note FROM effects WHERE job_id = %s ORDER BY id", (job_id,))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["stoppable_async", "stoppable_sync"])
+def test_cancel_interrupts_the_handler_in_a_worker_process(
+    pgq_queue: pgq.Queue, db: DB, spawn_worker: Spawn, kind: str
+) -> None:
+    # A long lease: the heartbeat (every 10 s) cannot be what tells the worker; the notification is.
+    worker = spawn_worker("--concurrency", "1", "--lease", "30", "--name", "w1")
+    job_id = pgq_queue.enqueue(kind, {"n": 1, "seconds": 60}, queue="work")
+    wait_for(lambda: "started" in notes(db, job_id), 15, "the handler to start")
+
+    cancelled_at = time.monotonic()
+    job = pgq_queue.cancel(job_id)
+    assert job.status is JobStatus.CANCELLED
+    wait_for(lambda: "interrupted" in notes(db, job_id), 5, "the handler to be interrupted")
+    latency = time.monotonic() - cancelled_at
+    assert latency < 3, latency  # "within about a second"; generous for a loaded CI machine
+
+    # Its slot is free again (concurrency 1), and the cancelled job never runs again.
+    other = pgq_queue.enqueue("record", {"n": 2}, queue="work")
+    wait_for(lambda: (j := pgq_queue.get(other)) is not None and j.status is JobStatus.SUCCEEDED, 10,
+             "the next job to run in the freed slot")
+    time.sleep(1.0)
+    final = pgq_queue.get(job_id)
+    assert final is not None and final.status is JobStatus.CANCELLED and final.attempts == 1
+    assert final.result is None  # whatever the handler returned after the cancel was dropped
+    assert notes(db, job_id) == ["started", "interrupted"]
+    assert worker.alive()
+    assert f"job {job_id} {kind}: cancelled" in worker.log()
+
+
+@pytest.mark.slow
+def test_a_stolen_lease_stops_the_handler_within_a_heartbeat(
+    pgq_queue: pgq.Queue, db: DB, spawn_worker: Spawn
+) -> None:
+    # Another session takes the lease over (as a rescue plus a re-claim elsewhere would): the next
+    # heartbeat (every lease/3 = 1 s) finds the attempt's token gone and stops the handler.
+    worker = spawn_worker("--concurrency", "2", "--lease", "3", "--name", "w1")
+    job_id = pgq_queue.enqueue("stoppable_sync", {"n": 1, "seconds": 60}, queue="work")
+    wait_for(lambda: "started" in notes(db, job_id), 15, "the handler to start")
+
+    stolen_at = time.monotonic()
+    db.rows("UPDATE pgq.jobs SET lease_token = gen_random_uuid(), claimed_by = 'thief' WHERE id = %s", (job_id,))
+    wait_for(lambda: "interrupted" in notes(db, job_id), 5, "the handler to stop")
+    assert time.monotonic() - stolen_at < 1 + 1.5  # one heartbeat interval, plus slack
+    wait_for(lambda: f"job {job_id} stoppable_sync: lease lost" in worker.log(), 5, "the worker to log it")
+    # The worker sent no outcome for it: the thief's attempt is untouched.
+    row = db.rows("SELECT status::text, claimed_by, result FROM pgq.jobs WHERE id = %s", (job_id,))[0]
+    assert row == {"status": "running", "claimed_by": "thief", "result": None}
+
+
+def test_a_worker_that_cannot_renew_stops_its_handlers_before_the_lease_runs_out(
+    pgq_dsn: str, db: DB
+) -> None:
+    # The heartbeat blocks (another session holds the job's row lock): the database's lease is not
+    # renewed, so the worker must stop the handler itself before the lease can expire and a rescue
+    # hands the job to someone else.
+    app = pgq.App(pgq_dsn)
+    stopped = threading.Event()
+    state: dict[str, Any] = {}
+
+    @app.task
+    def long_job() -> str:
+        while not pgq.cancel_requested():
+            time.sleep(0.01)
+        stopped.set()
+        return "stopped"
+
+    lease = 3.0
+    blocker = psycopg.connect(pgq_dsn)
+
+    async def started(queue: AsyncQueue) -> bool:
+        if "locked" not in state:
+            jobs = await queue.list(status=JobStatus.RUNNING)
+            if not jobs:
+                return False
+            blocker.execute("SELECT 1 FROM pgq.jobs WHERE id = %s FOR UPDATE", (jobs[0].id,))
+            state["locked"] = time.monotonic()
+            state["expires"] = db.value("SELECT lease_expires_at - now() FROM pgq.jobs WHERE id = %s",
+                                        (jobs[0].id,)).total_seconds()
+        return stopped.is_set()
+
+    async def main() -> None:
+        async def before(queue: AsyncQueue) -> None:
+            await long_job.defer_async()
+        await run_worker_until(app, started, before=before, lease=lease, timeout=20, drain_timeout=1)
+
+    try:
+        asyncio.run(main())
+        took = time.monotonic() - state["locked"]
+    finally:
+        blocker.rollback()
+        blocker.close()
+        app.close()
+    # Stopped before the lease the database holds ran out (measured when the lock was taken).
+    assert took < state["expires"], (took, state["expires"])
+
+
+def test_progress_is_stored_with_the_heartbeat_and_with_the_outcome(pgq_dsn: str, db: DB) -> None:
+    app = pgq.App(pgq_dsn)
+    seen: list[Any] = []
+    release = threading.Event()
+
+    @app.task
+    def steps() -> int:
+        for step in range(1, 1001):
+            pgq.set_progress({"step": step})  # many calls: stored once per heartbeat, not per call
+            if step == 500:
+                release.wait(10)
+        return 1000
+
+    async def done(queue: AsyncQueue) -> bool:
+        jobs = await queue.list(limit=1)
+        if not jobs:
+            return False
+        job = jobs[0]
+        if job.status is JobStatus.RUNNING and job.progress is not None:
+            seen.append(job.progress)
+            release.set()
+        return job.status is JobStatus.SUCCEEDED
+
+    async def main() -> None:
+        async def before(queue: AsyncQueue) -> None:
+            await steps.defer_async()
+        await run_worker_until(app, done, before=before, lease=0.9, timeout=20)
+
+    asyncio.run(main())
+    app.close()
+    assert seen and seen[0] == {"step": 500}  # the heartbeat stored it while the handler waited
+    row = db.rows("SELECT status::text, progress, result FROM pgq.jobs")[0]
+    assert row == {"status": "succeeded", "progress": {"step": 1000}, "result": 1000}
+    # The view shows it too (while running; here the column exists and the job has left it).
+    assert db.value("SELECT count(*) FROM pgq.running_jobs") == 0
+
+
+def test_progress_outside_a_handler_and_bad_values_raise(pgq_dsn: str) -> None:
+    with pytest.raises(pgq.PgqError):
+        pgq.set_progress(1)
+    assert pgq.cancel_requested() is False
+    app = pgq.App(pgq_dsn)
+    errors: list[BaseException] = []
+
+    @app.task
+    def bad() -> None:
+        try:
+            pgq.set_progress({"x": object()})
+        except pgq.InvalidJob as exc:
+            errors.append(exc)
+
+    async def main() -> None:
+        async def before(queue: AsyncQueue) -> None:
+            await bad.defer_async()
+
+        async def done(queue: AsyncQueue) -> bool:
+            return [j.status for j in await queue.list()] == [JobStatus.SUCCEEDED]
+        await run_worker_until(app, done, before=before)
+
+    asyncio.run(main())
+    app.close()
+    assert len(errors) == 1
+
+
+def test_without_listen_a_cancel_reaches_the_worker_at_its_next_lease_check(pgq_dsn: str, db: DB) -> None:
+    # PgBouncer mode: no LISTEN connection; the worker reads lost leases every poll interval.
+    app = pgq.App(pgq_dsn)
+    state: dict[str, float] = {}
+
+    @app.task
+    async def forever() -> None:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            state["interrupted"] = time.monotonic()
+            raise
+
+    async def done(queue: AsyncQueue) -> bool:
+        if "cancelled" not in state:
+            running = await queue.list(status=JobStatus.RUNNING)
+            if running:
+                await queue.cancel(running[0].id)
+                state["cancelled"] = time.monotonic()
+        return "interrupted" in state
+
+    async def main() -> pgq.Worker:
+        async def before(queue: AsyncQueue) -> None:
+            await forever.defer_async()
+        return await run_worker_until(app, done, before=before, listen=False, poll_interval=0.5,
+                                      lease=30, timeout=15)
+
+    worker = asyncio.run(main())
+    app.close()
+    assert state["interrupted"] - state["cancelled"] < 0.5 + 1.0
+    assert worker.stats["cancelled"] == 1
+    assert db.status_counts() == {"cancelled": 1}
+
+
+def test_cancel_of_a_job_still_in_the_prefetch_buffer_drops_it_unstarted(pgq_dsn: str, db: DB) -> None:
+    # Concurrency 1 and a slow first job: the second job waits in the worker's buffer, claimed
+    # (running in the database) but not started. Cancelling it must drop it, never run it.
+    app = pgq.App(pgq_dsn)
+    ran: list[str] = []
+    gate = threading.Event()
+
+    @app.task
+    def slow() -> None:
+        ran.append("slow")
+        gate.wait(10)
+
+    @app.task
+    def quick() -> None:
+        ran.append("quick")
+
+    state: dict[str, int] = {}
+
+    async def done(queue: AsyncQueue) -> bool:
+        if "cancelled" not in state:
+            jobs = {j.kind: j for j in await queue.list(status=JobStatus.RUNNING)}
+            if "quick" in jobs and "slow" in jobs:
+                await queue.cancel(jobs["quick"].id)
+                state["cancelled"] = jobs["quick"].id
+                await asyncio.sleep(0.5)  # the notification reaches the worker
+                gate.set()
+            return False
+        return [j.status for j in await queue.list(status=JobStatus.SUCCEEDED)] == [JobStatus.SUCCEEDED]
+
+    async def main() -> pgq.Worker:
+        async def before(queue: AsyncQueue) -> None:
+            await slow.defer_async()
+            await quick.defer_async()
+        return await run_worker_until(app, done, before=before, concurrency=1, prefetch=1, lease=30)
+
+    worker = asyncio.run(main())
+    app.close()
+    if "cancelled" not in state:
+        pytest.fail("the worker never held the second job in its buffer")
+    assert ran == ["slow"]
+    assert worker.stats["cancelled"] == 1
+    assert db.status_counts() == {"succeeded": 1, "cancelled": 1}
+
+
+@pytest.mark.slow
+def test_pause_while_three_workers_claim_then_resume(pgq_queue: pgq.Queue, db: DB, spawn_worker: Spawn) -> None:
+    # Three worker processes drain a queue; the pause lands mid-drain. From the moment pause()
+    # returns no job of the queue is claimed (attempts stays put), the running ones finish, other
+    # queues go on; after resume every job runs, each exactly once.
+    ids = pgq_queue.enqueue_many([pgq.JobSpec("record", {"n": n}, queue="work") for n in range(3000)])
+    for name in ("a", "b", "c"):
+        spawn_worker("--concurrency", "4", "--lease", "10", "--poll-interval", "0.2", "--name", name)
+    wait_for(lambda: db.value("SELECT count(*) FROM effects") >= 300, 30, "the workers to get going")
+
+    assert pgq_queue.pause("work") is True
+    claimed = db.value("SELECT count(*) FROM pgq.jobs WHERE attempts > 0")
+    wait_for(lambda: db.value("SELECT count(*) FROM pgq.jobs WHERE status = 'running'") == 0, 15,
+             "the running jobs to finish")
+    time.sleep(1.0)  # several poll intervals: a worker still claiming would show here
+    assert db.value("SELECT count(*) FROM pgq.jobs WHERE attempts > 0") == claimed
+    assert 300 <= claimed < len(ids), claimed  # paused mid-drain
+    assert db.status_counts() == {"succeeded": claimed, "queued": len(ids) - claimed}
+
+    assert pgq_queue.resume("work") is True
+    wait_for(lambda: db.status_counts() == {"succeeded": len(ids)}, 60, "the rest to run after resume")
+    assert db.value("SELECT count(*) FROM effects") == len(ids)
+    assert db.value("SELECT count(DISTINCT job_id) FROM effects") == len(ids)
