@@ -2,7 +2,8 @@
 """Set-up and entry points for working on pgq, needing nothing but Python 3.11+.
 
     python3 dev.py demo [ARGS...]   run `pgq demo` (an embedded PostgreSQL unless PGQ_DSN is set)
-    python3 dev.py test [ARGS...]   ruff, mypy --strict, then the whole test suite (ARGS go to pytest)
+    python3 dev.py test [ARGS...]   ruff, mypy --strict, the docs (mkdocs build --strict), then the
+                                    whole test suite (ARGS go to pytest; --no-lint skips the checks)
 
 Both create the virtualenv `.venv` next to this file on first use and install pgq into it
 (editable, with its test and dev extras); they reinstall when pyproject.toml changes. Tests use
@@ -15,6 +16,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import tempfile
 import venv
 from pathlib import Path
 
@@ -52,7 +54,7 @@ def ensure_venv() -> None:
 
 
 def cmd_test(args: list[str]) -> int:
-    """Lint, type-check and run the whole suite; non-zero if anything fails."""
+    """Lint, type-check, build the docs and run the whole suite; non-zero if anything fails."""
     lint = "--no-lint" not in args
     args = [a for a in args if a != "--no-lint"]
     ensure_venv()
@@ -61,9 +63,19 @@ def cmd_test(args: list[str]) -> int:
             return 1
         if run(BIN / "mypy") != 0:
             return 1
+        if build_docs() != 0:
+            return 1
     where = os.environ.get("PGQ_TEST_DSN") or "an embedded or Docker PostgreSQL (PGQ_TEST_DSN not set)"
     say(f"running the test suite against {where}")
     return run(PYTHON, "-m", "pytest", *args)
+
+
+def build_docs() -> int:
+    """Build the docs site strictly (any warning fails) into a temporary directory, then drop it."""
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")  # mkdocs-material's end-of-life banner
+    # No --quiet: it silences warnings before --strict counts them, and the build then passes.
+    with tempfile.TemporaryDirectory(prefix="pgq-docs-") as site:
+        return run(BIN / "mkdocs", "build", "--strict", "--site-dir", site, env=env)
 
 
 def cmd_demo(args: list[str]) -> int:
