@@ -131,12 +131,12 @@ def drain(dsn: str, app_dir: str, jobs: int, waiters: bool) -> float:
                 time.sleep(0.05)
             span = conn.execute("SELECT extract(epoch FROM max(finished_at) - min(started_at)) FROM pgq.jobs "
                                 "WHERE queue = 'w3'").fetchone()[0]  # type: ignore[index]
+            if waiting is not None:
+                waiting.join(120)  # every wait has its job back before the jobs go
             conn.execute("DELETE FROM pgq.jobs WHERE queue = 'w3'")
     finally:
         proc.terminate()
         proc.wait(30)
-    if waiting is not None:
-        waiting.join(60)
     return jobs / float(span)
 
 

@@ -88,7 +88,9 @@ class Heartbeat:
             return lease / 3
         for job_id in renewed:
             self._renewed[job_id] = sent
-        self._lost([c for c in claims if c.id not in renewed])
+        lost = [c for c in claims if c.id not in renewed]
+        if lost:
+            await self._check(lost)  # one read, only on a loss: was it a cancel or a rescue?
         for job_id in [i for i in self._renewed if i not in state.inflight]:
             del self._renewed[job_id]
         return lease / 3
@@ -137,9 +139,12 @@ class Heartbeat:
             if self._renewed.get(claim.id, claimed_at) < deadline:
                 self._runner.interrupt(claim.id, claim.token, "lease lost")
 
-    async def _check(self) -> None:
-        acking = self._acks.acking
-        claims = [c for i, c in self._state.inflight.items() if i not in acking]
+    async def _check(self, claims: list[Claim] | None = None) -> None:
+        """Read which of `claims` (None: every attempt held and not being acknowledged) lost their
+        lease, and why; interrupt those."""
+        if claims is None:
+            acking = self._acks.acking
+            claims = [c for i, c in self._state.inflight.items() if i not in acking]
         if not claims:
             return
         try:

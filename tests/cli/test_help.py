@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +57,29 @@ def test_every_command_help_documents_each_of_its_options(path: tuple[str, ...],
         assert action.help, f"{action.option_strings or action.dest} of `pgq {' '.join(path)}` has no help"
         for option in action.option_strings:
             assert option in text, f"{option} missing from `pgq {' '.join(path)} --help`"
+
+
+CLI_DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+GENERATED_FROM = "## `pgq --help`"
+
+
+def _cli_reference() -> str:
+    """The generated part of docs/cli.md: `pgq --help`, then every command's and sub-command's help."""
+    from .test_commands import _all_commands
+
+    parts = [GENERATED_FROM, "", "```", _help([]).rstrip("\n"), "```", "", "## Commands", ""]
+    for path in _all_commands():
+        if path:
+            parts += [f"### `pgq {' '.join(path)}`", "", "```", _help(path).rstrip("\n"), "```", ""]
+    return "\n".join(parts)
+
+
+def test_the_cli_reference_in_the_docs_is_current(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/cli.md ends with every command's --help, generated: PGQ_UPDATE_DOCS=1 rewrites it."""
+    monkeypatch.setattr(os, "get_terminal_size", lambda *a: os.terminal_size((100, 40)))
+    text = CLI_DOC.read_text()
+    head = text[:text.index(GENERATED_FROM)]
+    wanted = head + _cli_reference()
+    if os.environ.get("PGQ_UPDATE_DOCS") == "1":
+        CLI_DOC.write_text(wanted)
+    assert text == wanted, "docs/cli.md is out of date: run this test with PGQ_UPDATE_DOCS=1"
