@@ -3,7 +3,7 @@ it, and how long the same statements take in a transaction without pgq's setting
 
     python bench/backlog_claim.py --dsn postgresql://postgres@127.0.0.1:5432/postgres [--queued 300000]
 
-A worker runs pgq's general claim (`sql/concurrency_limit_lock.sql`, then `sql/job_claim.sql`, in one
+A worker runs pgq's general claim (`sql/claim_limits_lock.sql`, then `sql/job_claim.sql`, in one
 transaction) for every claim when it serves all queues (the `pgq worker` default) or several, and for
 every claim of a single queue once any concurrency limit exists. That statement's estimated cost grows
 with the backlog (`sql/transaction_guard.sql` says why) and, past the server's `jit_above_cost`, a
@@ -60,7 +60,8 @@ def _fill(dsn: str, queued: int, queues: int) -> None:
 
 def _claim_params(queues: list[str] | None, limit: int) -> dict[str, Any]:
     return {"queues": queues, "kinds": None, "limit": limit, "lease_s": 60.0, "worker": "bench",
-            "limited_kinds": [LIMITED_KIND], "limited_max": [1000000]}
+            "limited_kinds": [LIMITED_KIND], "limited_max": [1000000], "limited_starts": [None],
+            "limited_per_s": [None]}
 
 
 def _pgq_claim(conn: psycopg.Connection[Any], queues: list[str] | None, limit: int) -> int:
@@ -75,7 +76,7 @@ def _plain_claim(conn: psycopg.Connection[Any], queues: list[str] | None, limit:
     with conn.transaction():
         conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, true)",
                      [_ops.TRANSACTION_IDLE_LIMIT])
-        conn.execute(_sql.query("concurrency_limit_lock"), {"kinds": None})
+        conn.execute(_sql.query("claim_limits_lock"), {"kinds": None})
         return len(conn.execute(_sql.query("job_claim"), _claim_params(queues, limit)).fetchall())
 
 

@@ -175,7 +175,7 @@ def claim(
         return claims_from_tuples(rows, lease_td)
 
     def general(wanted: int) -> Steps[list[Claim]]:
-        locked = yield Stmt("concurrency_limit_lock", {"kinds": kind_list})
+        locked = yield Stmt("claim_limits_lock", {"kinds": kind_list})
         rows = yield Stmt(
             "job_claim",
             {
@@ -186,6 +186,8 @@ def claim(
                 "worker": worker,
                 "limited_kinds": [r["kind"] for r in locked],
                 "limited_max": [r["max_running"] for r in locked],
+                "limited_starts": [r["max_starts"] for r in locked],
+                "limited_per_s": [r["per_s"] for r in locked],
             },
             fetch="tuples",
         )
@@ -477,6 +479,46 @@ def set_concurrency_limit(kind: str, limit: int | None) -> Operation[None]:
             yield Stmt("concurrency_limit_set", {"kind": kind, "max_running": limit}, fetch="none")
 
     return Operation("concurrency_limit_set", steps, retry_safe=True)
+
+
+_RATE_UNITS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
+               "h": 3600.0, "hour": 3600.0, "d": 86400.0, "day": 86400.0}
+
+
+def parse_rate(rate: str | tuple[int, float]) -> tuple[int, float]:
+    """A rate limit as (max_starts, per seconds): "100/s", "5/min", "1000/h", "10/2s", or a tuple
+    (max_starts, seconds). Raises InvalidJob for anything else (a window over one day included)."""
+    if isinstance(rate, tuple) and len(rate) == 2:
+        count, per = rate
+    elif isinstance(rate, str) and rate.count("/") == 1:
+        head, _, tail = rate.replace(" ", "").partition("/")
+        number = tail.rstrip("abcdefghijklmnopqrstuvwxyz")
+        unit = tail[len(number):]
+        try:
+            count, per = int(head), (float(number) if number else 1.0) * _RATE_UNITS[unit]
+        except (ValueError, KeyError):
+            raise InvalidJob(f"rate limit must look like '100/s', '5/min' or '1000/h', got {rate!r}") from None
+    else:
+        raise InvalidJob(f"rate limit must look like '100/s', '5/min' or '1000/h', got {rate!r}")
+    if (isinstance(count, bool) or not isinstance(count, int) or count < 1
+            or isinstance(per, bool) or not isinstance(per, int | float) or not 0 < per <= 86400):
+        raise InvalidJob(f"rate limit needs a whole number >= 1 per a window of up to a day, got {rate!r}")
+    return count, float(per)
+
+
+def set_rate_limit(kind: str, rate: str | tuple[int, float] | None) -> Operation[None]:
+    """Set (or with None remove) the global rate limit of `kind`: see `parse_rate`."""
+    if not isinstance(kind, str) or not kind:
+        raise InvalidJob("kind must be a non-empty str")
+    parsed = None if rate is None else parse_rate(rate)
+
+    def steps() -> Steps[None]:
+        if parsed is None:
+            yield Stmt("rate_limit_delete", {"kind": kind}, fetch="none")
+        else:
+            yield Stmt("rate_limit_set", {"kind": kind, "max_starts": parsed[0], "per_s": parsed[1]}, fetch="none")
+
+    return Operation("rate_limit_set", steps, retry_safe=True)
 
 
 def is_dirty(queue: str, dedupe_key: str) -> Operation[bool]:
@@ -839,10 +881,11 @@ def rescue_as_leader(
 # sending the result of one of these to a frozen client holds those rows. No other statement takes
 # a row lock (READ_ONLY_STATEMENTS); tests check that every .sql file is in exactly one of the two.
 WRITING_STATEMENTS: tuple[str, ...] = (
-    "concurrency_limit_delete", "concurrency_limit_lock", "concurrency_limit_set", "job_cancel", "job_claim",
+    "claim_limits_lock", "concurrency_limit_delete", "concurrency_limit_set", "job_cancel", "job_claim",
     "job_claim_fast", "job_complete", "job_enqueue", "job_enqueue_one", "job_fail", "job_heartbeat",
     "job_insert", "job_insert_one", "job_purge", "job_rescue", "job_retry", "job_snooze",
     "job_wait_mark", "maintenance_lock", "periodic_enqueue", "queue_pause", "queue_resume",
+    "rate_limit_delete", "rate_limit_set",
 )
 READ_ONLY_STATEMENTS: tuple[str, ...] = (
     "job_get", "job_lease_check", "job_list", "job_next_run_at", "key_is_dirty", "ping", "queue_backlog",

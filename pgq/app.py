@@ -36,6 +36,7 @@ from typing import Any, Protocol, overload
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from ._ops import parse_rate
 from .client import PGBOUNCER_KWARGS, AsyncQueue, Queue, check_pgbouncer_pool
 from .cron import Cron, CronError, Every, Schedule
 from .errors import InvalidJob, PgqError
@@ -302,7 +303,8 @@ class Task:
 
     Attributes: `name` (the job kind), `func`, `queue`, `priority`, `max_attempts` (None: the
     database default, 25), `retry` (a RetryPolicy), `timeout` (seconds or None), `concurrency_limit`
-    (None: unlimited; a worker sets it in the database when it starts), `is_async`. Calling the task
+    (None: unlimited; a worker sets it in the database when it starts), `rate_limit` ((max_starts,
+    seconds) or None; set likewise), `is_async`. Calling the task
     calls the handler directly, without a queue.
     """
 
@@ -318,6 +320,7 @@ class Task:
         retry: RetryPolicy,
         timeout: float | None,
         concurrency_limit: int | None,
+        rate_limit: tuple[int, float] | None = None,
     ) -> None:
         self.app = app
         self.func = func
@@ -328,6 +331,7 @@ class Task:
         self.retry = retry
         self.timeout = timeout
         self.concurrency_limit = concurrency_limit
+        self.rate_limit = rate_limit
         self.is_async = inspect.iscoroutinefunction(inspect.unwrap(func)) or inspect.iscoroutinefunction(func)
         self.signature = inspect.signature(func)
         self._fitting: set[frozenset[str]] = set()
@@ -587,6 +591,7 @@ class App:
         retry: RetryPolicy | None = None,
         timeout: dt.timedelta | float | None = None,
         concurrency_limit: int | None = None,
+        rate_limit: str | tuple[int, float] | None = None,
         priority: int = 0,
     ) -> Callable[[Handler], Task]: ...
 
@@ -601,6 +606,7 @@ class App:
         retry: RetryPolicy | None = None,
         timeout: dt.timedelta | float | None = None,
         concurrency_limit: int | None = None,
+        rate_limit: str | tuple[int, float] | None = None,
         priority: int = 0,
     ) -> Task | Callable[[Handler], Task]:
         """Register a handler (`def` or `async def`) as a task: `@app.task` or `@app.task(...)`.
@@ -609,13 +615,16 @@ class App:
         `max_attempts`: defaults of its jobs; `retry`: a RetryPolicy (default `DEFAULT_RETRY`);
         `timeout`: seconds (or timedelta) after which an attempt is cancelled (async) or abandoned
         (sync) and fails with a "timeout" error; `concurrency_limit`: at most this many jobs of the
-        kind run at once across all workers. Raises PgqError for a name already registered and
-        InvalidJob for bad values.
+        kind run at once across all workers; `rate_limit`: at most so many of its jobs start per
+        window across all workers ("100/s", "5/min", "1000/h" or (max_starts, seconds)). A worker
+        stores both limits in the database when it starts. Raises PgqError for a name already
+        registered and InvalidJob for bad values.
         """
 
         def register(handler: Handler) -> Task:
             return self._register(handler, name=name, queue=queue, max_attempts=max_attempts, retry=retry,
-                                  timeout=timeout, concurrency_limit=concurrency_limit, priority=priority)
+                                  timeout=timeout, concurrency_limit=concurrency_limit, priority=priority,
+                                  rate_limit=rate_limit)
 
         return register if func is None else register(func)
 
@@ -630,6 +639,7 @@ class App:
         timeout: dt.timedelta | float | None,
         concurrency_limit: int | None,
         priority: int,
+        rate_limit: str | tuple[int, float] | None = None,
     ) -> Task:
         if not callable(func):
             raise PgqError(f"a task handler must be callable, got {type(func).__name__}")
@@ -649,7 +659,8 @@ class App:
             raise InvalidJob(f"task {kind!r}: retry must have a retry_in(attempt, error) method")
         task = Task(self, func, name=kind, queue=queue, priority=priority, max_attempts=max_attempts,
                     retry=DEFAULT_RETRY if retry is None else retry, timeout=timeout_s,
-                    concurrency_limit=concurrency_limit)
+                    concurrency_limit=concurrency_limit,
+                    rate_limit=None if rate_limit is None else parse_rate(rate_limit))
         self._tasks[kind] = task
         return task
 

@@ -490,6 +490,13 @@ class Queue:
         The limit applies to claims that start after this returns."""
         self._run(_ops.set_concurrency_limit(kind, limit))
 
+    def set_rate_limit(self, kind: str, rate: str | tuple[int, float] | None) -> None:
+        """Let at most so many jobs of `kind` start in any window of that length, across all
+        workers: "100/s", "5/min", "1000/h", "10/2s", or (max_starts, seconds); None removes the
+        limit. Exact (a sliding window on the database clock, counted by the claim under a lock);
+        jobs over the limit stay queued until the window has room. Raises InvalidJob for a bad rate."""
+        self._run(_ops.set_rate_limit(kind, rate))
+
     def is_dirty(self, queue: str, key: str) -> bool:
         """True when `key` has input no successful run has processed yet (an active job)."""
         return self._run(_ops.is_dirty(queue, key))
@@ -772,6 +779,10 @@ class AsyncQueue:
     async def set_concurrency_limit(self, kind: str, limit: int | None) -> None:
         """See `Queue.set_concurrency_limit`."""
         await self._run(_ops.set_concurrency_limit(kind, limit))
+
+    async def set_rate_limit(self, kind: str, rate: str | tuple[int, float] | None) -> None:
+        """See `Queue.set_rate_limit`."""
+        await self._run(_ops.set_rate_limit(kind, rate))
 
     async def is_dirty(self, queue: str, key: str) -> bool:
         """See `Queue.is_dirty`."""

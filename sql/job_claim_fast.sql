@@ -1,8 +1,8 @@
 -- job_claim_fast: the claim of the common case in one statement and one round trip: a single queue,
--- and no concurrency limit defined for any kind; nothing from a paused queue (see job_claim.sql).
+-- and no concurrency or rate limit defined for any kind; nothing from a paused queue (see job_claim.sql).
 -- Same order, locking and lease as job_claim, but a plan small enough to be cheap to make on every
 -- call (job_claim's general plan costs more to plan than to run). When any limit exists it claims nothing, and the caller falls back to the exact
--- two-step claim (concurrency_limit_lock, then job_claim) for the slots still free.
+-- two-step claim (claim_limits_lock, then job_claim) for the slots still free.
 WITH picked AS (
     SELECT j.id
     FROM pgq.jobs j
@@ -11,6 +11,7 @@ WITH picked AS (
       AND j.run_at <= now()
       AND (%(kinds)s::text[] IS NULL OR j.kind = ANY(%(kinds)s::text[]))
       AND NOT EXISTS (SELECT 1 FROM pgq.concurrency_limits)
+      AND NOT EXISTS (SELECT 1 FROM pgq.rate_limits)
       -- A paused queue yields nothing (evaluated once: it does not depend on the row).
       AND NOT EXISTS (SELECT 1 FROM pgq.paused_queues p WHERE p.queue = %(queue)s)
     ORDER BY j.priority, j.run_at, j.id

@@ -230,10 +230,11 @@ class Producer:
         state.wake.set()
 
     async def _setup(self) -> None:
-        """Set the concurrency limits of the app's tasks before the first claim, retrying (through
+        """Set the concurrency and rate limits of the app's tasks before the first claim, retrying (through
         tenacity) while the database is unreachable; shutdown ends the retrying."""
         limits = [(t.name, t.concurrency_limit) for t in self._tasks.values() if t.concurrency_limit is not None]
-        if not limits:
+        rates = [(t.name, t.rate_limit) for t in self._tasks.values() if t.rate_limit is not None]
+        if not limits and not rates:
             return
         failures = 0
 
@@ -258,6 +259,8 @@ class Producer:
                 with attempt:
                     for kind, limit in limits:
                         await self._set_limit(kind, limit)
+                    for kind, rate in rates:
+                        await self._set_rate(kind, rate)
 
     async def _set_limit(self, kind: str, limit: int) -> None:
         try:
@@ -268,3 +271,11 @@ class Producer:
             logger.warning("cannot set the concurrency limit of task %s to %d: %s; claims obey the limit "
                            "stored in the database, if any", kind, limit, one_line(exc),
                            extra={"event": "concurrency_limit_refused", "kind": kind})
+
+    async def _set_rate(self, kind: str, rate: tuple[int, float]) -> None:
+        try:
+            await self._queue.set_rate_limit(kind, rate)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            logger.warning("cannot set the rate limit of task %s to %d per %g s: %s; claims obey the limit "
+                           "stored in the database, if any", kind, rate[0], rate[1], one_line(exc),
+                           extra={"event": "rate_limit_refused", "kind": kind})

@@ -106,5 +106,9 @@ GRANT INSERT, UPDATE (done_watermark, job_id, updated_at) ON pgq.key_watermarks 
 -- Limits of the worker's own tasks (set at start-up); the claim also locks limit rows FOR UPDATE,
 -- which needs UPDATE on a column. Removing a limit (DELETE) stays with the admin.
 GRANT INSERT, UPDATE (max_running, updated_at) ON pgq.concurrency_limits TO {worker};
+-- Likewise the rate limits of its tasks; the claim locks their rows, and keeps each limited kind's
+-- window of starts (adds this claim's, deletes those that left the window).
+GRANT INSERT, UPDATE (max_starts, per_s, updated_at) ON pgq.rate_limits TO {worker};
+GRANT INSERT, DELETE ON pgq.rate_limit_starts TO {worker};
 
 COMMIT;

@@ -112,7 +112,7 @@ def test_claim_statement_reads_the_claim_index_not_the_table(pgq_queue: Queue, p
     pgq_queue.complete_many([(c, None) for c in pgq_queue.claim(worker="w", queues=["q"], limit=1000)])
     db("VACUUM ANALYZE pgq.jobs")
     params = {"queues": ["q"], "kinds": None, "limit": 16, "lease_s": 60.0, "worker": "w",
-              "limited_kinds": [], "limited_max": []}
+              "limited_kinds": [], "limited_max": [], "limited_starts": [], "limited_per_s": []}
     with psycopg.connect(pgq_dsn) as conn:
         rows = conn.execute(b"EXPLAIN " + _sql.query("job_claim").encode(), params).fetchall()
     plan = "\n".join(r[0] for r in rows)
@@ -191,12 +191,12 @@ def test_pgqs_own_transactions_compile_nothing_with_jit(pgq_queue: Queue, pgq_ds
         assert sorted(c.job.kind for c in claimed) == ["k", "k", "limited", "limited"]
         _ops.run_sync(conn, _ops.rescue_as_leader(1), own_transaction=True)
         # Every statement after the first, which applies the setting (it is planned before it runs).
-        own = _plans_of(plans, "concurrency_limit_lock") + _plans_of(plans, "job_claim") + \
+        own = _plans_of(plans, "claim_limits_lock") + _plans_of(plans, "job_claim") + \
             _plans_of(plans, "job_rescue")
         assert len(own) == 3 and not [p for p in own if "JIT:" in p], own
         plans.clear()
         params = {"queues": None, "kinds": None, "limit": 16, "lease_s": 60.0, "worker": "w",
-                  "limited_kinds": [], "limited_max": []}
+                  "limited_kinds": [], "limited_max": [], "limited_starts": [], "limited_per_s": []}
         with conn.transaction():  # the caller's transaction: its settings, not pgq's
             conn.execute(_sql.query("job_claim"), params)
         [outside] = _plans_of(plans, "job_claim")

@@ -247,7 +247,8 @@ def test_every_table_column_view_function_and_type_has_a_comment(pgq_dsn: str) -
     uncommented += [("column", f"{row[0]}.{row[2]}") for row in snapshot["columns"] if row[0] in tables and not row[8]]
     uncommented += [("function", row[0]) for row in snapshot["functions"] if not row[3]]
     uncommented += [("type", row[0]) for row in snapshot["types"] if row[1] == "e" and not row[2]]
-    assert tables == {"jobs", "key_watermarks", "concurrency_limits", "paused_queues"}
+    assert tables == {"jobs", "key_watermarks", "concurrency_limits", "paused_queues", "rate_limits",
+                      "rate_limit_starts"}
     assert uncommented == []
     assert snapshot["schema"][0][1]
 
@@ -445,5 +446,19 @@ def test_0005_adds_queue_pausing_and_its_downgrade_removes_it(pgq_dsn: str) -> N
 
     assert query(pgq_dsn, added) == []
     assert query(pgq_dsn, "SELECT count(*) FROM pgq.queue_stats") == [(0,)]
+    migrate.upgrade(pgq_dsn)
+    assert query(pgq_dsn, added) == everything
+
+
+def test_0006_adds_rate_limits_and_its_downgrade_removes_them(pgq_dsn: str) -> None:
+    added = ("SELECT relname FROM pg_class WHERE relnamespace = 'pgq'::regnamespace "
+             "AND relname LIKE 'rate_limit%%' ORDER BY 1")
+    everything = [("rate_limit_starts",), ("rate_limit_starts_kind_at_idx",), ("rate_limits",),
+                  ("rate_limits_pkey",)]
+    assert query(pgq_dsn, added) == everything
+
+    migrate.downgrade(pgq_dsn, "0005")
+
+    assert query(pgq_dsn, added) == []
     migrate.upgrade(pgq_dsn)
     assert query(pgq_dsn, added) == everything

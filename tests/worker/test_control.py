@@ -289,3 +289,47 @@ def test_pause_while_three_workers_claim_then_resume(pgq_queue: pgq.Queue, db: D
     wait_for(lambda: db.status_counts() == {"succeeded": len(ids)}, 60, "the rest to run after resume")
     assert db.value("SELECT count(*) FROM effects") == len(ids)
     assert db.value("SELECT count(DISTINCT job_id) FROM effects") == len(ids)
+
+
+@pytest.mark.slow
+def test_a_rate_limit_holds_across_three_worker_processes(pgq_queue: pgq.Queue, db: DB, spawn_worker: Spawn) -> None:
+    from tests.integration.test_rate_limits import busiest_window
+
+    max_starts, per_s, total = 30, 0.5, 300
+    pgq_queue.set_rate_limit("record", (max_starts, per_s))
+    ids = pgq_queue.enqueue_many([pgq.JobSpec("record", {"n": n}, queue="work") for n in range(total)])
+    for name in ("a", "b", "c"):
+        spawn_worker("--concurrency", "8", "--lease", "10", "--poll-interval", "0.2", "--name", name)
+    wait_for(lambda: db.status_counts() == {"succeeded": total}, 60, "every job to run")
+    starts = [r["started_at"] for r in db.rows("SELECT started_at FROM pgq.jobs ORDER BY started_at")]
+    assert busiest_window(starts, per_s) == max_starts
+    assert len({r["claimed_by"] for r in db.rows("SELECT DISTINCT claimed_by FROM pgq.jobs")}) > 1
+    assert db.value("SELECT count(*) FROM effects") == len(ids)  # each job ran once
+
+
+def test_a_tasks_rate_limit_is_stored_by_its_worker_and_obeyed(pgq_dsn: str, db: DB) -> None:
+    from tests.integration.test_rate_limits import busiest_window
+
+    app = pgq.App(pgq_dsn)
+
+    @app.task(rate_limit="3/0.5s")
+    def limited(n: int) -> int:
+        return n
+
+    with pytest.raises(pgq.InvalidJob):
+        app.task(name="bad", rate_limit="3 per second")(lambda: None)
+
+    async def done(queue: AsyncQueue) -> bool:
+        return [j.status for j in await queue.list(limit=100)] == [JobStatus.SUCCEEDED] * 12
+
+    async def main() -> None:
+        async def before(queue: AsyncQueue) -> None:
+            await queue.enqueue_many([pgq.JobSpec("limited", {"n": n}) for n in range(12)])
+        await run_worker_until(app, done, before=before, concurrency=8, timeout=20)
+
+    asyncio.run(main())
+    app.close()
+    assert db.rows("SELECT kind, max_starts, per_s FROM pgq.rate_limits") == [
+        {"kind": "limited", "max_starts": 3, "per_s": 0.5}]
+    starts = [r["started_at"] for r in db.rows("SELECT started_at FROM pgq.jobs ORDER BY started_at")]
+    assert busiest_window(starts, 0.5) == 3
