@@ -4,23 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .app import (
-    App,
-    Backoff,
-    PermanentFailure,
-    PollingTimeout,
-    RetryPolicy,
-    Snooze,
-    Task,
-    cancel_requested,
-    current_job,
-    poll_later,
-    polling_schedule,
-    set_progress,
-)
+from .app import App
 from .client import AsyncQueue, Queue
+from .context import cancel_requested, current_job, set_progress
 from .errors import InvalidJob, InvalidState, LeaseLost, NotFound, NotMigrated, PgqError
 from .models import Claim, Job, JobSpec, JobStatus
+from .retries import Backoff, PermanentFailure, PollingTimeout, RetryPolicy, Snooze, poll_later, polling_schedule
+from .tasks import Task
 
 if TYPE_CHECKING:
     from .worker import Worker, WorkerConfig

@@ -30,10 +30,11 @@ from collections.abc import Iterator
 from typing import Any, TextIO
 
 from .. import migrate
-from ..app import App, Backoff
+from ..app import App
 from ..client import AsyncQueue, Queue
 from ..embedded import start_embedded
 from ..models import Job, JobSpec, JobStatus
+from ..retries import Backoff
 from ..worker import Worker
 from .args import int_range
 from .common import ENV_DSN, CliError, Commands, Formatter, connect_dsn, describe_dsn, dsn_parent, resolve_dsn

@@ -24,11 +24,11 @@ from typing import Final
 import psycopg
 
 from .. import _ops
-from ..app import Periodic
 from ..client import AsyncQueue
 from ..errors import NotMigrated, one_line
 from ..metrics import Metrics
 from ..models import JobSpec
+from ..tasks import Periodic
 
 __all__ = [
     "PERIODIC_LOCK_KEY",

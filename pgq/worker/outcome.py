@@ -11,8 +11,9 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..app import PermanentFailure, Task
 from ..models import Job
+from ..retries import PermanentFailure
+from ..tasks import Task
 
 __all__ = [
     "FINISH_LEVELS",

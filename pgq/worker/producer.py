@@ -21,10 +21,10 @@ import psycopg
 import tenacity
 
 from .. import _ops
-from ..app import Task
 from ..client import AsyncQueue
 from ..errors import NotMigrated, PgqError, one_line
 from ..models import Claim
+from ..tasks import Task
 from .acks import Acknowledger
 from .state import WorkerState
 

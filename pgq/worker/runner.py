@@ -16,9 +16,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..app import JobContext, Snooze, Task, _current
+from ..context import JobContext, _current
 from ..errors import InvalidJob
 from ..models import Claim, Job, encode_json
+from ..retries import Snooze
+from ..tasks import Task
 from .acks import Acknowledger
 from .outcome import FINISH_LEVELS, HandlerTimeout, Rejected, clip, failure, job_extra
 from .state import Running, WorkerState

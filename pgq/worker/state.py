@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..app import JobContext
+from ..context import JobContext
 from ..models import Claim, Job
 from .config import WorkerConfig
 from .prefetch import Prefetch

@@ -171,7 +171,7 @@ def test_own_pools_carry_the_jsonb_loader_and_a_callers_pool_is_left_as_it_was(p
     # decode payloads the same either way.
     from psycopg_pool import ConnectionPool
 
-    from pgq._ops import _JSONB_OID, _JsonbBinaryLoader
+    from pgq._ops.driver import _JSONB_OID, _JsonbBinaryLoader
 
     def loader(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> Any:
         return conn.adapters.get_loader(_JSONB_OID, psycopg.pq.Format.BINARY)

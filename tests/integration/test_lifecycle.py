@@ -219,7 +219,7 @@ def test_rescue_is_not_blocked_by_a_locked_row(pgq_queue: Queue, db: SQL, pgq_ds
 def test_rescue_handles_more_than_one_batch(pgq_queue: Queue, db: SQL, monkeypatch: pytest.MonkeyPatch) -> None:
     from pgq import _ops
 
-    monkeypatch.setattr(_ops, "RESCUE_BATCH", 7)
+    monkeypatch.setattr(_ops.jobs, "RESCUE_BATCH", 7)
     pgq_queue.enqueue_many([{"kind": "k"} for _ in range(20)])
     pgq_queue.claim(worker="w", limit=20)
     db("UPDATE pgq.jobs SET lease_expires_at = now() - interval '1 second'")
@@ -283,7 +283,7 @@ def test_purge_deletes_old_finished_jobs_in_batches(pgq_queue: Queue, db: SQL,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from pgq import _ops
 
-    monkeypatch.setattr(_ops, "PURGE_BATCH", 10)
+    monkeypatch.setattr(_ops.admin, "PURGE_BATCH", 10)
     ids = pgq_queue.enqueue_many([{"kind": "k"} for _ in range(40)])
     claims = pgq_queue.claim(worker="w", limit=30)
     pgq_queue.complete_many([(c, None) for c in claims[:25]])

@@ -112,7 +112,7 @@ def test_job_from_tuple_and_claims_from_tuples_fill_every_field_in_table_order()
 
 
 def test_the_job_context_tracks_progress_versions_and_cancellation() -> None:
-    from pgq.app import JobContext
+    from pgq.context import JobContext
     from pgq.models import Claim, Job
 
     job = Job(1, "q", "k", None, 0, JobStatus.RUNNING, dt.datetime(2026, 1, 1, tzinfo=dt.UTC), 1, 3, None, "t",

@@ -7,8 +7,9 @@ import datetime as dt
 import pytest
 
 import pgq
-from pgq.app import App, Backoff, load_app, polling_schedule
+from pgq.app import App, load_app
 from pgq.errors import InvalidJob, PgqError
+from pgq.retries import Backoff, polling_schedule
 from pgq.worker import WorkerConfig
 
 DSN = "postgresql://nobody@127.0.0.1:1/never"  # never connected to in these tests
@@ -152,7 +153,7 @@ def test_backoff_grows_caps_and_never_goes_under_its_minimum() -> None:
     assert [fixed.retry_in(a, ValueError()) for a in (1, 2, 10)] == [5, 5, 5]
     exp = Backoff(initial=1, factor=2, max_delay=10, jitter=0, min_delay=0)
     assert [exp.retry_in(a, ValueError()) for a in (1, 2, 3, 4, 5, 100)] == [1, 2, 4, 8, 10, 10]
-    default = pgq.app.DEFAULT_RETRY
+    default = pgq.retries.DEFAULT_RETRY
     delays = [default.retry_in(a, ValueError()) for a in range(1, 30) for _ in range(20)]
     assert min(delays) >= 1.0 and max(delays) <= 3600.0
     first = [default.retry_in(1, ValueError()) for _ in range(200)]

@@ -1,0 +1,61 @@
+"""pgq's operations, written once, free of I/O.
+
+An operation is a generator: it yields `Stmt` objects ("run sql/<name>.sql with these parameters")
+and receives each statement's result; its return value is the operation's result. The sync driver
+(`run_sync`) and the async driver (`run_async`) are the only code that talks to psycopg, so `Queue`
+and `AsyncQueue` share every line of queue logic and differ only in how they wait. Database errors
+are thrown back into the generator, so an operation can translate them.
+
+Modules, bottom-up: `core` (Stmt, Operation, shared checks, the statement registry), `jobs`
+(enqueue, claim, acknowledgements), `admin` (operators' operations), `leader` (maintenance runs),
+`driver` (run_sync / run_async). Callers use this package's names (`_ops.claim`), never a module's.
+"""
+
+from .admin import (
+    PURGE_BATCH,
+    cancel,
+    get,
+    is_dirty,
+    list_jobs,
+    parse_rate,
+    pause,
+    purge,
+    queue_backlog,
+    queue_stats,
+    resume,
+    retry,
+    set_concurrency_limit,
+    set_rate_limit,
+    wait_mark,
+)
+from .core import READ_ONLY_STATEMENTS, WRITING_STATEMENTS, Fetch, Operation, Steps, Stmt
+from .driver import (
+    KEPT_CURSOR_MAX_ROWS,
+    TRANSACTION_IDLE_LIMIT,
+    configure_connection,
+    configure_connection_async,
+    jsonb_bytes_decoded,
+    keeps_cursor,
+    run_async,
+    run_sync,
+)
+from .jobs import RESCUE_BATCH, claim, complete, enqueue, fail, heartbeat, lease_check, rescue_expired, snooze
+from .leader import (
+    LeaderRun,
+    StalledSession,
+    end_stalled_as_leader,
+    next_run_at,
+    periodic_enqueue_as_leader,
+    purge_as_leader,
+    rescue_as_leader,
+)
+
+__all__ = [
+    "KEPT_CURSOR_MAX_ROWS", "PURGE_BATCH", "READ_ONLY_STATEMENTS", "RESCUE_BATCH", "TRANSACTION_IDLE_LIMIT",
+    "WRITING_STATEMENTS", "Fetch", "LeaderRun", "Operation", "StalledSession", "Steps", "Stmt", "cancel",
+    "claim", "complete", "configure_connection", "configure_connection_async", "end_stalled_as_leader",
+    "enqueue", "fail", "get", "heartbeat", "is_dirty", "jsonb_bytes_decoded", "keeps_cursor", "lease_check",
+    "list_jobs", "next_run_at", "parse_rate", "pause", "periodic_enqueue_as_leader", "purge", "purge_as_leader",
+    "queue_backlog", "queue_stats", "rescue_as_leader", "rescue_expired", "resume", "retry", "run_async",
+    "run_sync", "set_concurrency_limit", "set_rate_limit", "snooze", "wait_mark",
+]

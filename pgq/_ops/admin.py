@@ -1,0 +1,245 @@
+"""Operations of operators: cancel, retry, get, list, wait, purge, limits (concurrency and rate),
+queue pause/resume and statistics."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg import errors as pg_errors
+
+from ..errors import CONSTRAINT_MESSAGES, InvalidJob, InvalidState, NotFound
+from ..models import (
+    Job,
+    JobStatus,
+    delay_seconds,
+)
+from .core import (
+    Operation,
+    Steps,
+    Stmt,
+    _check_id,
+    _queue_name,
+    _text_list,
+)
+
+
+def cancel(job_id: int) -> Operation[Job]:
+    """Cancel a queued or running job; raises NotFound or InvalidState (already finished)."""
+    _check_id(job_id)
+
+    def steps() -> Steps[Job]:
+        rows = yield Stmt("job_cancel", {"id": job_id})
+        if rows:
+            return Job.from_row(rows[0])
+        current = yield from _get(job_id)
+        raise InvalidState(job_id, current.status.value, "cancel")
+
+    return Operation("job_cancel", steps)
+
+
+def wait_mark(job_id: int) -> Operation[Job]:
+    """Mark job `job_id` awaited (finishing it then notifies channel pgq_finished) and return it as
+    it is now; raises NotFound. Idempotent."""
+    _check_id(job_id)
+
+    def steps() -> Steps[Job]:
+        rows = yield Stmt("job_wait_mark", {"id": job_id})
+        if rows:
+            return Job.from_row(rows[0])
+        return (yield from _get(job_id))
+
+    return Operation("job_wait_mark", steps, retry_safe=True)
+
+
+def retry(job_id: int) -> Operation[Job]:
+    """Queue a failed or cancelled job again with fresh attempts; raises NotFound, or InvalidState
+    when it is not failed/cancelled or another active job holds its dedupe key."""
+    _check_id(job_id)
+
+    def steps() -> Steps[Job]:
+        try:
+            rows = yield Stmt("job_retry", {"id": job_id})
+        except pg_errors.UniqueViolation as exc:
+            detail = CONSTRAINT_MESSAGES.get(exc.diag.constraint_name or "", "unique violation")
+            raise InvalidState(job_id, "failed or cancelled", "retry", detail) from None
+        if rows:
+            return Job.from_row(rows[0])
+        current = yield from _get(job_id)
+        raise InvalidState(job_id, current.status.value, "retry")
+
+    return Operation("job_retry", steps)
+
+
+def get(job_id: int) -> Operation[Job | None]:
+    """Read one job, or None."""
+    _check_id(job_id)
+
+    def steps() -> Steps[Job | None]:
+        rows = yield Stmt("job_get", {"id": job_id})
+        return Job.from_row(rows[0]) if rows else None
+
+    return Operation("job_get", steps, retry_safe=True)
+
+
+def _get(job_id: int) -> Steps[Job]:
+    rows = yield Stmt("job_get", {"id": job_id})
+    if not rows:
+        raise NotFound(job_id)
+    return Job.from_row(rows[0])
+
+
+def list_jobs(
+    *,
+    status: str | JobStatus | None,
+    queue: str | None,
+    kind: str | None,
+    limit: int,
+    before_id: int | None,
+) -> Operation[list[Job]]:
+    """Jobs matching the filters, newest first; raises InvalidJob for an unknown status."""
+    parsed = None if status is None else JobStatus.parse(status).value
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
+        raise InvalidJob(f"limit must be an int in [1, 100000], got {limit!r}")
+    params = {"status": parsed, "queue": queue, "kind": kind, "limit": limit, "before_id": before_id}
+
+    def steps() -> Steps[list[Job]]:
+        rows = yield Stmt("job_list", params)
+        return [Job.from_row(row) for row in rows]
+
+    return Operation("job_list", steps, retry_safe=True)
+
+
+PURGE_BATCH = 5000
+
+
+def purge(older_than: dt.timedelta | float, batch: int | None = None) -> Operation[int]:
+    """Delete jobs finished longer than `older_than` ago, `batch` rows per transaction (None:
+    PURGE_BATCH), until none is left; returns how many were deleted. Retry-safe (deleting what is
+    gone deletes nothing)."""
+    size = PURGE_BATCH if batch is None else batch
+    seconds = delay_seconds(older_than)  # timedelta(0) or 0: every finished job
+    if not seconds >= 0:
+        raise InvalidJob(f"older_than must be >= 0, got {older_than!r}")
+
+    def steps() -> Steps[int]:
+        total = 0
+        while True:
+            deleted: int = yield Stmt("job_purge", {"older_than_s": seconds, "batch": size}, fetch="rowcount")
+            total += deleted
+            if deleted == 0:
+                return total
+
+    return Operation("job_purge", steps, retry_safe=True)
+
+
+def set_concurrency_limit(kind: str, limit: int | None) -> Operation[None]:
+    """Set (or with None remove) the running-jobs limit of `kind`."""
+    if not isinstance(kind, str) or not kind:
+        raise InvalidJob("kind must be a non-empty str")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InvalidJob(f"concurrency limit must be an int >= 1 or None, got {limit!r}")
+
+    def steps() -> Steps[None]:
+        if limit is None:
+            yield Stmt("concurrency_limit_delete", {"kind": kind}, fetch="none")
+        else:
+            yield Stmt("concurrency_limit_set", {"kind": kind, "max_running": limit}, fetch="none")
+
+    return Operation("concurrency_limit_set", steps, retry_safe=True)
+
+
+_RATE_UNITS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
+               "h": 3600.0, "hour": 3600.0, "d": 86400.0, "day": 86400.0}
+
+
+def parse_rate(rate: str | tuple[int, float]) -> tuple[int, float]:
+    """A rate limit as (max_starts, per seconds): "100/s", "5/min", "1000/h", "10/2s", or a tuple
+    (max_starts, seconds). Raises InvalidJob for anything else (a window over one day included)."""
+    if isinstance(rate, tuple) and len(rate) == 2:
+        count, per = rate
+    elif isinstance(rate, str) and rate.count("/") == 1:
+        head, _, tail = rate.replace(" ", "").partition("/")
+        number = tail.rstrip("abcdefghijklmnopqrstuvwxyz")
+        unit = tail[len(number):]
+        try:
+            count, per = int(head), (float(number) if number else 1.0) * _RATE_UNITS[unit]
+        except (ValueError, KeyError):
+            raise InvalidJob(f"rate limit must look like '100/s', '5/min' or '1000/h', got {rate!r}") from None
+    else:
+        raise InvalidJob(f"rate limit must look like '100/s', '5/min' or '1000/h', got {rate!r}")
+    if (isinstance(count, bool) or not isinstance(count, int) or count < 1
+            or isinstance(per, bool) or not isinstance(per, int | float) or not 0 < per <= 86400):
+        raise InvalidJob(f"rate limit needs a whole number >= 1 per a window of up to a day, got {rate!r}")
+    return count, float(per)
+
+
+def set_rate_limit(kind: str, rate: str | tuple[int, float] | None) -> Operation[None]:
+    """Set (or with None remove) the global rate limit of `kind`: see `parse_rate`."""
+    if not isinstance(kind, str) or not kind:
+        raise InvalidJob("kind must be a non-empty str")
+    parsed = None if rate is None else parse_rate(rate)
+
+    def steps() -> Steps[None]:
+        if parsed is None:
+            yield Stmt("rate_limit_delete", {"kind": kind}, fetch="none")
+        else:
+            yield Stmt("rate_limit_set", {"kind": kind, "max_starts": parsed[0], "per_s": parsed[1]}, fetch="none")
+
+    return Operation("rate_limit_set", steps, retry_safe=True)
+
+
+def is_dirty(queue: str, dedupe_key: str) -> Operation[bool]:
+    """Whether the key has an active job, i.e. input not yet processed by a successful run."""
+
+    def steps() -> Steps[bool]:
+        rows = yield Stmt("key_is_dirty", {"queue": queue, "dedupe_key": dedupe_key})
+        return bool(rows[0]["dirty"])
+
+    return Operation("key_is_dirty", steps, retry_safe=True)
+
+
+def queue_stats() -> Operation[list[dict[str, Any]]]:
+    """Rows of the pgq.queue_stats view."""
+
+    def steps() -> Steps[list[dict[str, Any]]]:
+        rows = yield Stmt("queue_stats", {})
+        return [dict(row) for row in rows]
+
+    return Operation("queue_stats", steps, retry_safe=True)
+
+
+def pause(queue: str) -> Operation[bool]:
+    """Pause `queue`: once this returns no worker claims its jobs (enqueue still works, running jobs
+    finish). True if it was running, False if it was paused already. Idempotent."""
+    name = _queue_name(queue)
+
+    def steps() -> Steps[bool]:
+        rows = yield Stmt("queue_pause", {"queue": name})
+        return bool(rows[0]["changed"])
+
+    return Operation("queue_pause", steps, retry_safe=True)
+
+
+def resume(queue: str) -> Operation[bool]:
+    """Resume a paused `queue` and wake idle workers; True if it was paused. Idempotent."""
+    name = _queue_name(queue)
+
+    def steps() -> Steps[bool]:
+        rows = yield Stmt("queue_resume", {"queue": name})
+        return bool(rows[0]["changed"])
+
+    return Operation("queue_resume", steps, retry_safe=True)
+
+
+def queue_backlog(queues: Sequence[str] | None) -> Operation[list[dict[str, Any]]]:
+    """Rows of the pgq.queue_backlog view for `queues` (None: all): per queue ready, scheduled,
+    running, expired_leases and oldest_ready_age_s (seconds, None when nothing is ready)."""
+    queue_list = _text_list("queues", queues)
+
+    def steps() -> Steps[list[dict[str, Any]]]:
+        rows = yield Stmt("queue_backlog", {"queues": queue_list})
+        return [dict(row) for row in rows]
+
+    return Operation("queue_backlog", steps, retry_safe=True)

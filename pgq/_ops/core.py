@@ -1,0 +1,101 @@
+"""The shape of an operation (`Stmt`, `Operation`), the checks operations share, and which of
+pgq's statements write (lock rows) and which only read."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+
+from ..errors import InvalidJob, LeaseLost
+
+T = TypeVar("T")
+
+Fetch = Literal["rows", "tuples", "rowcount", "none"]
+
+
+@dataclass(frozen=True, slots=True)
+class Stmt:
+    """Run `sql/<name>.sql` with `params`; the operation receives rows (dicts, or tuples in binary
+    format, cheaper to decode, for the hot paths that read many rows), the row count, or None."""
+
+    name: str
+    params: dict[str, Any]
+    fetch: Fetch = "rows"
+
+
+Steps = Generator[Stmt, Any, T]
+
+
+@dataclass(frozen=True, slots=True)
+class Operation(Generic[T]):
+    """An operation ready to be driven.
+
+    `transaction`: run all statements in one transaction (otherwise each statement commits on its
+    own; on a caller's connection, statements simply join the caller's transaction).
+    `retry_safe`: re-running the whole operation after a connection error that may have happened
+    after a statement reached the server cannot do harm (reads, heartbeats, deduplicated enqueues).
+    `then`: given this operation's result, an operation to run next on the same connection (in its
+    own transaction) whose result replaces it, or None to stop there.
+    `guards_itself`: its first statement already applies `transaction_guard.sql`'s settings to its
+    transaction (maintenance_lock does), so the driver runs no `transaction_guard` before it.
+    """
+
+    name: str
+    steps: Callable[[], Steps[T]]
+    transaction: bool = False
+    retry_safe: bool = False
+    then: Callable[[T], Operation[T] | None] | None = None
+    guards_itself: bool = False
+
+
+K = TypeVar("K")
+
+
+def _check_lost(operation: str, sent: list[int], done: dict[int, K], raise_lost: bool) -> dict[int, K]:
+    if raise_lost and len(done) < len(sent):
+        raise LeaseLost((i for i in sent if i not in done), operation)
+    return done
+
+
+def _queue_name(queue: object) -> str:
+    if not isinstance(queue, str) or not queue or "\x00" in queue:
+        raise InvalidJob(f"queue must be a non-empty str, got {queue!r}")
+    return queue
+
+
+def _text_list(name: str, values: Iterable[str] | None) -> list[str] | None:
+    if values is None:
+        return None
+    if isinstance(values, str):
+        raise InvalidJob(f"{name} must be a list of str, not a str")
+    result = list(values)
+    if not result or not all(isinstance(v, str) and v for v in result):
+        raise InvalidJob(f"{name} must be a non-empty list of non-empty str")
+    return result
+
+
+def _check_id(job_id: object) -> None:
+    if isinstance(job_id, bool) or not isinstance(job_id, int):
+        raise InvalidJob(f"job id must be an int, got {type(job_id).__name__}")
+
+
+def _clean_text(text: str) -> str:
+    # Error texts come from exceptions and may hold anything; Postgres text cannot hold NUL.
+    return str(text).replace("\x00", "\\0")
+
+
+# pgq's statements that lock job (or limit) rows or hold a lock until they commit: a session stuck
+# sending the result of one of these to a frozen client holds those rows. No other statement takes
+# a row lock (READ_ONLY_STATEMENTS); tests check that every .sql file is in exactly one of the two.
+WRITING_STATEMENTS: tuple[str, ...] = (
+    "claim_limits_lock", "concurrency_limit_delete", "concurrency_limit_set", "job_cancel", "job_claim",
+    "job_claim_fast", "job_complete", "job_enqueue", "job_enqueue_one", "job_fail", "job_heartbeat",
+    "job_insert", "job_insert_one", "job_purge", "job_rescue", "job_retry", "job_snooze",
+    "job_wait_mark", "maintenance_lock", "periodic_enqueue", "queue_pause", "queue_resume",
+    "rate_limit_delete", "rate_limit_set",
+)
+READ_ONLY_STATEMENTS: tuple[str, ...] = (
+    "job_get", "job_lease_check", "job_list", "job_next_run_at", "key_is_dirty", "ping", "queue_backlog",
+    "queue_exists", "queue_stats", "schema_check", "session_utc", "stalled_session_end", "transaction_guard",
+)

@@ -1,0 +1,134 @@
+"""Worker and maintenance operations (pgq.worker, pgq.worker.maintenance): the next due job, and
+the leader-only rescue, purge, stalled-session and periodic-enqueue runs."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic
+
+from ..models import (
+    JobSpec,
+)
+from .admin import PURGE_BATCH
+from .core import WRITING_STATEMENTS, Operation, Steps, Stmt, T, _text_list
+from .driver import _GUARD_PARAMS
+from .jobs import RESCUE_BATCH
+
+
+def next_run_at(queues: Sequence[str] | None) -> Operation[float | None]:
+    """Seconds (database clock) until the earliest queued job of `queues` (None: all) is due;
+    negative when one is due already, None when nothing is queued."""
+    queue_list = _text_list("queues", queues)
+
+    def steps() -> Steps[float | None]:
+        rows = yield Stmt("job_next_run_at", {"queues": queue_list})
+        seconds = rows[0]["seconds"] if rows else None
+        return None if seconds is None else float(seconds)
+
+    return Operation("job_next_run_at", steps, retry_safe=True)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderRun(Generic[T]):
+    """Outcome of a maintenance run: whether it held the step's lock, the database clock at the
+    start of its transaction, and the step's value (None when it was not the leader)."""
+
+    leader: bool
+    now: dt.datetime
+    value: T | None
+
+
+def _leader(lock_key: int) -> Steps[tuple[bool, dt.datetime]]:
+    rows = yield Stmt("maintenance_lock", {"key": lock_key, **_GUARD_PARAMS})
+    return bool(rows[0]["leader"]), rows[0]["now"]
+
+
+def rescue_as_leader(
+    lock_key: int, limit: int = RESCUE_BATCH
+) -> Operation[LeaderRun[list[tuple[int, str, str, str]]]]:
+    """One transaction: take the rescue lock (`pg_try_advisory_xact_lock(lock_key)`), and when it was
+    free, rescue up to `limit` expired attempts. Value: (job id, new status, queue, kind) per job
+    rescued."""
+
+    def steps() -> Steps[LeaderRun[list[tuple[int, str, str, str]]]]:
+        leader, now = yield from _leader(lock_key)
+        if not leader:
+            return LeaderRun(False, now, None)
+        rows = yield Stmt("job_rescue", {"limit": limit})
+        return LeaderRun(True, now, [(row["id"], row["status"], row["queue"], row["kind"]) for row in rows])
+
+    return Operation("job_rescue", steps, transaction=True, guards_itself=True)
+
+
+@dataclass(frozen=True, slots=True)
+class StalledSession:
+    """A session ended by `end_stalled_as_leader`: its backend pid, application_name, client address
+    ("local" for a unix socket), the pgq statement it was stuck in, and for how long (seconds)."""
+
+    pid: int
+    application_name: str
+    client: str
+    statement: str
+    stalled_s: float
+
+
+def end_stalled_as_leader(lock_key: int, after_s: float) -> Operation[LeaderRun[list[StalledSession]]]:
+    """One transaction: take the rescue lock, and when it was free, end every session of this
+    database stuck for more than `after_s` seconds writing the result of one of pgq's writing
+    statements to a client that stopped reading (see `stalled_session_end.sql`). Only sessions this
+    role may signal are considered. Value: the sessions ended."""
+
+    def steps() -> Steps[LeaderRun[list[StalledSession]]]:
+        leader, now = yield from _leader(lock_key)
+        if not leader:
+            return LeaderRun(False, now, None)
+        rows = yield Stmt("stalled_session_end", {"after_s": after_s, "statements": list(WRITING_STATEMENTS)})
+        return LeaderRun(True, now, [
+            StalledSession(r["pid"], r["application_name"], r["client"], r["statement"], r["stalled_s"])
+            for r in rows if r["ended"]])
+
+    return Operation("stalled_session_end", steps, transaction=True, guards_itself=True)
+
+
+def purge_as_leader(lock_key: int, older_than_s: float, batch: int = PURGE_BATCH) -> Operation[LeaderRun[int]]:
+    """One transaction: take the retention lock, and when it was free, delete one batch of jobs that
+    finished more than `older_than_s` seconds ago. Value: the number deleted."""
+
+    def steps() -> Steps[LeaderRun[int]]:
+        leader, now = yield from _leader(lock_key)
+        if not leader:
+            return LeaderRun(False, now, None)
+        deleted: int = yield Stmt("job_purge", {"older_than_s": older_than_s, "batch": batch}, fetch="rowcount")
+        return LeaderRun(True, now, deleted)
+
+    return Operation("job_purge", steps, transaction=True, retry_safe=True, guards_itself=True)
+
+
+def periodic_enqueue_as_leader(
+    lock_key: int, plan: Callable[[dt.datetime], Sequence[JobSpec]]
+) -> Operation[LeaderRun[list[tuple[int, str]]]]:
+    """One transaction: take the periodic lock, and when it was free, enqueue the ticks `plan(now)`
+    returns (`now`: the database clock) unless a job of the tick exists in any status. The specs
+    must carry dedupe keys. Value: (job id, dedupe key) per job created."""
+
+    def steps() -> Steps[LeaderRun[list[tuple[int, str]]]]:
+        leader, now = yield from _leader(lock_key)
+        if not leader:
+            return LeaderRun(False, now, None)
+        specs = plan(now)
+        if not specs:
+            return LeaderRun(True, now, [])
+        params = {
+            "kinds": [s.kind for s in specs],
+            "payloads": [s.payload_json for s in specs],
+            "queues": [s.queue for s in specs],
+            "priorities": [s.priority for s in specs],
+            "dedupe_keys": [s.dedupe_key for s in specs],
+            "max_attempts": [s.max_attempts for s in specs],
+        }
+        rows = yield Stmt("periodic_enqueue", params)
+        return LeaderRun(True, now, [(row["id"], row["dedupe_key"]) for row in rows])
+
+    return Operation("periodic_enqueue", steps, transaction=True, guards_itself=True)

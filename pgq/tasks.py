@@ -1,0 +1,239 @@
+"""`Task` (the handler of one job kind, with its defaults), `Deferral` (a task with job options, ready to
+enqueue) and `Periodic` (a task's schedule). `App.task` and `App.periodic` create them."""
+
+from __future__ import annotations
+
+import datetime as dt
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import psycopg
+
+from .client import AsyncQueue, Queue
+from .cron import Schedule
+from .errors import InvalidJob, PgqError
+from .models import JSON, JobSpec
+from .retries import RetryPolicy
+
+Handler = Callable[..., Any]
+
+__all__ = ["Deferral", "Enqueuer", "Handler", "Periodic", "Task"]
+
+
+class Enqueuer(Protocol):
+    """What a task needs of the App it belongs to: the queues its jobs are enqueued through."""
+
+    @property
+    def queue(self) -> Queue:
+        """The synchronous queue (thread-safe)."""
+        ...
+
+    async def async_queue(self) -> AsyncQueue:
+        """The asynchronous queue of the running event loop."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    queue: str | None = None
+    priority: int | None = None
+    delay: dt.timedelta | float | None = None
+    run_at: dt.datetime | None = None
+    dedupe_key: str | None = None
+    watermark: int | None = None
+    max_attempts: int | None = None
+
+
+class Task:
+    """A registered handler: the code behind one job kind, with its defaults.
+
+    Attributes: `name` (the job kind), `func`, `queue`, `priority`, `max_attempts` (None: the
+    database default, 25), `retry` (a RetryPolicy), `timeout` (seconds or None), `concurrency_limit`
+    (None: unlimited; a worker sets it in the database when it starts), `rate_limit` ((max_starts,
+    seconds) or None; set likewise), `is_async`. Calling the task
+    calls the handler directly, without a queue.
+    """
+
+    def __init__(
+        self,
+        app: Enqueuer,
+        func: Handler,
+        *,
+        name: str,
+        queue: str,
+        priority: int,
+        max_attempts: int | None,
+        retry: RetryPolicy,
+        timeout: float | None,
+        concurrency_limit: int | None,
+        rate_limit: tuple[int, float] | None = None,
+    ) -> None:
+        self.app = app
+        self.func = func
+        self.name = name
+        self.queue = queue
+        self.priority = priority
+        self.max_attempts = max_attempts
+        self.retry = retry
+        self.timeout = timeout
+        self.concurrency_limit = concurrency_limit
+        self.rate_limit = rate_limit
+        self.is_async = inspect.iscoroutinefunction(inspect.unwrap(func)) or inspect.iscoroutinefunction(func)
+        self.signature = inspect.signature(func)
+        self._fitting: set[frozenset[str]] = set()
+        # Validates queue, priority and max_attempts now, at import time, not at the first defer.
+        JobSpec(name, {}, queue=queue, priority=priority, max_attempts=max_attempts)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.func(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<pgq.Task {self.name!r} queue={self.queue!r}>"
+
+    def check_arguments(self, payload: JSON) -> dict[str, Any]:
+        """Return `payload` as the handler's keyword arguments.
+
+        Raises InvalidJob naming the task and the problem when the payload is not a JSON object or
+        does not fit the handler's signature (missing or unexpected argument).
+        """
+        if not isinstance(payload, dict):
+            raise InvalidJob(
+                f"task {self.name!r}: the payload must be a JSON object of keyword arguments, "
+                f"got {type(payload).__name__}"
+            )
+        # Whether keyword arguments bind depends on their names only: remember the sets that did.
+        names = frozenset(payload)
+        if names in self._fitting:
+            return payload
+        try:
+            self.signature.bind(**payload)
+        except TypeError as exc:
+            # inspect names one problem; a payload with a misspelt key has two (a missing argument
+            # and an unexpected one), and the misspelling is the one worth showing.
+            params = self.signature.parameters
+            unexpected = [] if any(p.kind is p.VAR_KEYWORD for p in params.values()) else [
+                repr(k) for k in payload if k not in params or params[k].kind is inspect.Parameter.POSITIONAL_ONLY]
+            extra = f" (unexpected: {', '.join(unexpected)})" if unexpected and "unexpected" not in str(exc) else ""
+            raise InvalidJob(f"task {self.name!r}: bad arguments: {exc}{extra}") from None
+        if len(self._fitting) < 64:
+            self._fitting.add(names)
+        return payload
+
+    def configure(
+        self,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        delay: dt.timedelta | float | None = None,
+        run_at: dt.datetime | None = None,
+        dedupe_key: str | None = None,
+        watermark: int | None = None,
+        max_attempts: int | None = None,
+        conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None = None,
+    ) -> Deferral:
+        """Job options for the next `defer`: `task.configure(delay=10).defer(x=1)`.
+
+        Options left out take the task's defaults. `conn`: enqueue inside the caller's transaction
+        (a psycopg Connection for `defer`, an AsyncConnection for `defer_async`); the job exists if
+        and only if that transaction commits, and pgq never commits it. Dedupe and watermark rules:
+        see `Queue.enqueue_many`. Nothing is validated or sent until `defer`.
+        """
+        options = _Options(queue, priority, delay, run_at, dedupe_key, watermark, max_attempts)
+        return Deferral(self, options, conn)
+
+    def spec(self, **kwargs: Any) -> JobSpec:
+        """The JobSpec `defer(**kwargs)` would enqueue, for batches: `app.queue.enqueue_many(specs)`.
+
+        Raises InvalidJob when the arguments do not fit the handler.
+        """
+        return self.configure().spec(**kwargs)
+
+    def defer(self, **kwargs: Any) -> int:
+        """Enqueue a job of this task with `kwargs` as its payload; return its id.
+
+        Uses the App's synchronous queue (thread-safe). Raises InvalidJob (nothing written) when the
+        arguments do not fit the handler or are not JSON-serializable.
+        """
+        return self.configure().defer(**kwargs)
+
+    async def defer_async(self, **kwargs: Any) -> int:
+        """`defer` for asyncio code: uses the App's AsyncQueue of the running event loop (inside a
+        worker, the worker's own pool)."""
+        return await self.configure().defer_async(**kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class Deferral:
+    """A task with job options, ready to enqueue (see `Task.configure`)."""
+
+    task: Task
+    options: _Options
+    conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None = None
+
+    def spec(self, **kwargs: Any) -> JobSpec:
+        """The JobSpec of a job with payload `kwargs` and these options; raises InvalidJob."""
+        task, o = self.task, self.options
+        task.check_arguments(kwargs)
+        return JobSpec(
+            task.name,
+            kwargs,
+            queue=task.queue if o.queue is None else o.queue,
+            priority=task.priority if o.priority is None else o.priority,
+            run_at=o.run_at,
+            delay=o.delay,
+            dedupe_key=o.dedupe_key,
+            watermark=o.watermark,
+            max_attempts=task.max_attempts if o.max_attempts is None else o.max_attempts,
+        )
+
+    def defer(self, **kwargs: Any) -> int:
+        """Enqueue one job with payload `kwargs`; return its id. See `Task.defer` and `Task.configure`.
+
+        Raises PgqError when the options carry an AsyncConnection.
+        """
+        spec = self.spec(**kwargs)
+        if self.conn is not None and not isinstance(self.conn, psycopg.Connection):
+            raise PgqError("defer() needs a psycopg.Connection as conn; use defer_async() with an AsyncConnection")
+        return self.task.app.queue.enqueue_many([spec], conn=self.conn)[0]
+
+    async def defer_async(self, **kwargs: Any) -> int:
+        """Enqueue one job with payload `kwargs`; return its id. See `Task.defer_async`.
+
+        Raises PgqError when the options carry a (sync) Connection.
+        """
+        spec = self.spec(**kwargs)
+        if self.conn is not None and not isinstance(self.conn, psycopg.AsyncConnection):
+            raise PgqError("defer_async() needs a psycopg.AsyncConnection as conn; use defer() with a Connection")
+        queue = await self.task.app.async_queue()
+        return (await queue.enqueue_many([spec], conn=self.conn))[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Periodic:
+    """A task enqueued on a schedule. Each tick is enqueued once, by the maintenance leader of the
+    moment, as a job with dedupe key `periodic:<name>:<tick epoch seconds>` and payload `kwargs`.
+
+    `catch_up`: how far back a leader looks for ticks that were due while no worker ran (leader
+    handover, restarts). A process's first look enqueues only the latest tick of that window, so a
+    long outage yields one catch-up run, not a flood. It must stay below the retention of finished
+    jobs (the jobs of past ticks are what prevents enqueueing them twice).
+    """
+
+    task: Task
+    schedule: Schedule
+    name: str
+    queue: str
+    kwargs: Mapping[str, Any]
+    catch_up: float
+
+    def dedupe_key(self, tick: dt.datetime) -> str:
+        """The dedupe key of the job of `tick`."""
+        return f"periodic:{self.name}:{int(tick.timestamp())}"
+
+    def spec(self, tick: dt.datetime) -> JobSpec:
+        """The JobSpec of the job of `tick`."""
+        task = self.task
+        return JobSpec(task.name, dict(self.kwargs), queue=self.queue, priority=task.priority,
+                       dedupe_key=self.dedupe_key(tick), max_attempts=task.max_attempts)
