@@ -1,14 +1,15 @@
-"""Prometheus metrics of a worker: a registry, the text exposition format (written by hand), and a
-small HTTP server for `/metrics`.
+"""Prometheus metrics of a worker, exposed through `prometheus_client`: its registry, a collector
+of ours, its text exposition and its HTTP server.
 
-`Metrics` is the registry. The worker calls `job_event` and `job_duration` on its event loop: each is
-a dict update, no lock. The only other reader is the HTTP server's thread, which copies the dicts
-(`dict.copy()` and `list()` of a list are atomic under the GIL) and renders the copy, so a scrape
-never waits for the worker and the worker never waits for a scrape.
+`Metrics` holds the values. The worker calls `job_event` and `job_duration` on its event loop: each
+is a dict update, no lock (prometheus_client's own Counter takes a lock per increment). A collector
+(`prometheus_client.registry.Collector`) turns them into metric families when a scrape asks: it
+copies the dicts (`dict.copy()` and `list()` of a list are atomic under the GIL), so a scrape never
+waits for the worker and the worker never waits for a scrape.
 
-`MetricsServer` serves `GET /metrics` from its own daemon thread (`http.server`), never from the
-worker's event loop. Queue gauges (depth and oldest-ready age per queue) come from the database view
-`pgq.queue_backlog` (`sql/queue_backlog.sql`), which reads only queued and running jobs through
+`MetricsServer` serves `GET /metrics` with `prometheus_client.start_http_server` from its own daemon
+thread, never from the worker's event loop. Queue gauges (depth and oldest-ready age per queue) come
+from the database view `pgq.queue_backlog` (`sql/queue_backlog.sql`), which reads only queued and running jobs through
 partial indexes; the server runs it on a connection of its own at most once per `cache_seconds`,
 however often it is scraped, and serves the last values meanwhile.
 
@@ -16,7 +17,7 @@ Exposed families (labels in braces):
 
 - counters `pgq_jobs_claimed_total`, `pgq_jobs_succeeded_total`, `pgq_jobs_retried_total`,
   `pgq_jobs_failed_total`, `pgq_jobs_snoozed_total`, `pgq_jobs_released_total`,
-  `pgq_jobs_rescued_total`, `pgq_lease_lost_total` {queue, kind};
+  `pgq_jobs_rescued_total`, `pgq_jobs_cancelled_total`, `pgq_lease_lost_total` {queue, kind};
 - histogram `pgq_job_duration_seconds` {queue, kind}: handler run time of every attempt that finished
   (succeeded, failed, retried, snoozed; not jobs released at shutdown);
 - `pgq_listen_reconnects_total`, `pgq_listen_connected`, `pgq_worker_jobs_running`,
@@ -36,7 +37,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -46,9 +47,16 @@ from . import _ops
 from .errors import PgqError, one_line
 
 if TYPE_CHECKING:
-    from ._http import MetricsHTTPServer
+    from wsgiref.simple_server import WSGIServer
 
-__all__ = ["CONTENT_TYPE", "DURATION_BUCKETS", "JOB_EVENTS", "BacklogReader", "Metrics", "MetricsServer"]
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import Metric
+
+# prometheus_client (and the http.server it imports) loads with the first scrape or metrics server,
+# not with every worker: the worker's hot path only updates the dicts of `Metrics`.
+
+__all__ = ["CONTENT_TYPE", "DURATION_BUCKETS", "JOB_EVENTS", "Backlog", "BacklogReader", "Metrics", "MetricsServer",
+           "format_value"]
 
 logger = logging.getLogger("pgq.metrics")
 
@@ -74,8 +82,8 @@ JOB_EVENTS: Final[dict[str, tuple[str, str]]] = {
     "cancelled": ("pgq_jobs_cancelled_total",
                   "Running jobs whose handler this worker interrupted because the job was cancelled."),
     "lost": ("pgq_lease_lost_total",
-             "Acknowledgements refused because the attempt had lost its lease (rescued, cancelled, or "
-             "finished elsewhere)."),
+             "Attempts that lost their lease (rescued, or finished elsewhere): the worker stopped the "
+             "handler, or the database refused its acknowledgement."),
 }
 
 
@@ -87,15 +95,6 @@ def _version() -> str:
         return "unknown"
 
 
-def escape_label(value: str) -> str:
-    """Escape a label value for the text format: backslash, double quote and newline."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
-
-
 def format_value(value: float) -> str:
     """A sample value as the text format writes it (integers without a fraction, +Inf, NaN)."""
     if math.isnan(value):
@@ -105,23 +104,6 @@ def format_value(value: float) -> str:
     if float(value).is_integer() and abs(value) < 2**53:
         return str(int(value))
     return repr(float(value))
-
-
-def _labels(pairs: Sequence[tuple[str, str]]) -> str:
-    if not pairs:
-        return ""
-    return "{" + ",".join(f'{k}="{escape_label(v)}"' for k, v in pairs) + "}"
-
-
-class _Family:
-    """Lines of one metric family: HELP, TYPE, samples."""
-
-    def __init__(self, name: str, kind: str, help_text: str) -> None:
-        self.lines = [f"# HELP {name} {_escape_help(help_text)}", f"# TYPE {name} {kind}"]
-        self.name = name
-
-    def sample(self, value: float, labels: Sequence[tuple[str, str]] = (), suffix: str = "") -> None:
-        self.lines.append(f"{self.name}{suffix}{_labels(labels)} {format_value(value)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,80 +162,103 @@ class Metrics:
         return self._counters.get((event, queue, kind), 0)
 
     def render(self, backlog: Backlog | None = None) -> str:
-        """The whole exposition in the text format, ending with a newline. `backlog`: database gauges
-        to include (None: leave them out)."""
+        """The whole exposition in the text format (prometheus_client's), ending with a newline.
+        `backlog`: database gauges to include (None: leave them out)."""
+        from prometheus_client import CollectorRegistry, generate_latest
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Collector(self, lambda: backlog))
+        return generate_latest(registry).decode()
+
+    def families(self, backlog: Backlog | None = None) -> Iterator[Metric]:
+        """Every metric family, read now (from any thread); with `backlog`'s database gauges."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
         counters = self._counters.copy()
         durations = {key: list(values) for key, values in self._durations.copy().items()}
-        families: list[_Family] = []
-
         by_event: dict[str, list[tuple[str, str, int]]] = {event: [] for event in JOB_EVENTS}
         for (event, queue, kind), value in sorted(counters.items()):
             by_event.setdefault(event, []).append((queue, kind, value))
         for event, (name, help_text) in JOB_EVENTS.items():
-            family = _Family(name, "counter", help_text + " By queue and kind.")
+            counter = CounterMetricFamily(name, help_text + " By queue and kind.", labels=("queue", "kind"))
             for queue, kind, value in by_event[event]:
-                family.sample(value, (("queue", queue), ("kind", kind)))
-            families.append(family)
+                counter.add_metric((queue, kind), value)
+            yield counter
 
-        family = _Family("pgq_job_duration_seconds", "histogram",
-                         "Run time of the handler of each finished attempt, by queue and kind.")
+        histogram = HistogramMetricFamily("pgq_job_duration_seconds",
+                                          "Run time of the handler of each finished attempt, by queue and kind.",
+                                          labels=("queue", "kind"))
         bounds = [format_value(b) for b in self._buckets] + ["+Inf"]
         for (queue, kind), values in sorted(durations.items()):
-            labels = (("queue", queue), ("kind", kind))
-            cumulative = 0.0
+            cumulative, buckets = 0.0, []
             for bound, bucket in zip(bounds, values[:-1], strict=True):
                 cumulative += bucket
-                family.sample(cumulative, (*labels, ("le", bound)), "_bucket")
-            family.sample(values[-1], labels, "_sum")
-            family.sample(cumulative, labels, "_count")
-        families.append(family)
+                buckets.append((bound, cumulative))
+            histogram.add_metric((queue, kind), buckets, values[-1])
+        yield histogram
 
-        def single(name: str, kind: str, help_text: str, value: float,
-                   labels: Sequence[tuple[str, str]] = ()) -> None:
-            family = _Family(name, kind, help_text)
-            family.sample(value, labels)
-            families.append(family)
-
-        single("pgq_listen_reconnects_total", "counter",
-               "Times the LISTEN connection was re-established after it failed.", self._listen_reconnects())
+        yield CounterMetricFamily("pgq_listen_reconnects_total",
+                                  "Times the LISTEN connection was re-established after it failed.",
+                                  value=self._listen_reconnects())
         connected = self._listen_connected()
         if connected is not None:
-            single("pgq_listen_connected", "gauge", "1 while the LISTEN connection is up.", 1 if connected else 0)
-        single("pgq_worker_jobs_running", "gauge", "Jobs whose handlers run now.", self._running())
-        single("pgq_worker_jobs_prefetched", "gauge", "Jobs claimed ahead and held until a slot frees.",
-               self._prefetched())
-        single("pgq_worker_concurrency", "gauge", "Jobs the worker runs at once at most.", self.concurrency)
-        single("pgq_worker_info", "gauge", "The worker's name, queues and pgq version; always 1.", 1,
-               (("worker", self.worker), ("queues", ",".join(self.queues or ("*",))), ("version", _version())))
-
+            yield GaugeMetricFamily("pgq_listen_connected", "1 while the LISTEN connection is up.",
+                                    value=1 if connected else 0)
+        yield GaugeMetricFamily("pgq_worker_jobs_running", "Jobs whose handlers run now.", value=self._running())
+        yield GaugeMetricFamily("pgq_worker_jobs_prefetched", "Jobs claimed ahead and held until a slot frees.",
+                                value=self._prefetched())
+        yield GaugeMetricFamily("pgq_worker_concurrency", "Jobs the worker runs at once at most.",
+                                value=self.concurrency)
+        info = GaugeMetricFamily("pgq_worker_info", "The worker's name, queues and pgq version; always 1.",
+                                 labels=("worker", "queues", "version"))
+        info.add_metric((self.worker, ",".join(self.queues or ("*",)), _version()), 1)
+        yield info
         if backlog is not None:
-            families.extend(self._backlog_families(backlog))
-        return "".join(line + "\n" for family in families for line in family.lines)
+            yield from self._backlog_families(backlog)
 
-    def _backlog_families(self, backlog: Backlog) -> list[_Family]:
+    def _backlog_families(self, backlog: Backlog) -> Iterator[Metric]:
+        from prometheus_client.core import GaugeMetricFamily
+
         rows = {row["queue"]: row for row in backlog.rows}
         if backlog.ok and self.queues is not None:  # queues without jobs still have values: zero
             for queue in self.queues:
                 rows.setdefault(queue, {"queue": queue, "ready": 0, "scheduled": 0, "running": 0,
                                         "expired_leases": 0, "oldest_ready_age_s": None})
-        jobs = _Family("pgq_queue_jobs", "gauge",
-                       "Jobs per queue and state, from the database (ready: due now; scheduled: run_at in the "
-                       "future; running: claimed by some worker).")
-        expired = _Family("pgq_queue_expired_leases", "gauge",
-                          "Running jobs whose lease expired (worker dead or hung), from the database.")
-        age = _Family("pgq_queue_oldest_ready_age_seconds", "gauge",
-                      "How long the oldest ready job of the queue has been due (0: none), database clock.")
+        jobs = GaugeMetricFamily("pgq_queue_jobs",
+                                 "Jobs per queue and state, from the database (ready: due now; scheduled: run_at "
+                                 "in the future; running: claimed by some worker).", labels=("queue", "state"))
+        expired = GaugeMetricFamily("pgq_queue_expired_leases",
+                                    "Running jobs whose lease expired (worker dead or hung), from the database.",
+                                    labels=("queue",))
+        age = GaugeMetricFamily("pgq_queue_oldest_ready_age_seconds",
+                                "How long the oldest ready job of the queue has been due (0: none), database clock.",
+                                labels=("queue",))
         for queue in sorted(rows):
             row = rows[queue]
             for state in ("ready", "scheduled", "running"):
-                jobs.sample(row[state], (("queue", queue), ("state", state)))
-            expired.sample(row["expired_leases"], (("queue", queue),))
+                jobs.add_metric((queue, state), row[state])
+            expired.add_metric((queue,), row["expired_leases"])
             seconds = row["oldest_ready_age_s"]
-            age.sample(max(float(seconds), 0.0) if seconds is not None else 0.0, (("queue", queue),))
-        up = _Family("pgq_queue_stats_up", "gauge",
-                     "1 when the last read of the queue gauges from the database worked.")
-        up.sample(1 if backlog.ok else 0)
-        return [jobs, expired, age, up]
+            age.add_metric((queue,), max(float(seconds), 0.0) if seconds is not None else 0.0)
+        yield jobs
+        yield expired
+        yield age
+        yield GaugeMetricFamily("pgq_queue_stats_up",
+                                "1 when the last read of the queue gauges from the database worked.",
+                                value=1 if backlog.ok else 0)
+
+
+class _Collector:
+    """A prometheus_client collector (it needs only `collect`): one worker's `Metrics`, with the
+    database gauges `backlog()` reads (None: none) at each scrape."""
+
+    def __init__(self, metrics: Metrics, backlog: Callable[[], Backlog | None]) -> None:
+        self._metrics = metrics
+        self._backlog = backlog
+
+    def collect(self) -> Iterator[Metric]:
+        """The families of a scrape (prometheus_client calls this on the scraping thread)."""
+        return self._metrics.families(self._backlog())
 
 
 class BacklogReader:
@@ -311,15 +316,20 @@ class BacklogReader:
 
 class MetricsServer:
     """Serves `metrics` (and the database gauges of `reader`, if given) at http://host:port/metrics
-    from a daemon thread. `start()` binds (port 0: a free port, see `address`) and raises PgqError
-    when it cannot; `stop()` stops serving and closes the reader's connection. Not restartable."""
+    from a daemon thread, with prometheus_client's HTTP server and a registry of this worker's own.
+    `start()` binds (port 0: a free port, see `address`) and raises PgqError when it cannot; `stop()`
+    stops serving and closes the reader's connection. Not restartable."""
 
     def __init__(self, metrics: Metrics, host: str, port: int, reader: BacklogReader | None = None) -> None:
-        self._metrics = metrics
         self._host = host
         self._port = port
         self._reader = reader
-        self._server: MetricsHTTPServer | None = None
+        from prometheus_client import CollectorRegistry
+
+        self.registry: CollectorRegistry = CollectorRegistry(auto_describe=False)
+        """The registry served (prometheus_client), holding this worker's collector."""
+        self.registry.register(_Collector(metrics, reader.read if reader is not None else lambda: None))
+        self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -332,18 +342,15 @@ class MetricsServer:
 
     def start(self) -> None:
         """Bind and start serving in a daemon thread. Raises PgqError when the address cannot be bound."""
-        from ._http import MetricsHTTPServer  # only a worker serving metrics pays for http.server
+        from prometheus_client import start_http_server
 
         try:
-            self._server = MetricsHTTPServer((self._host, self._port), self._metrics, self._reader)
+            self._server, self._thread = start_http_server(self._port, self._host, self.registry)
         except OSError as exc:
             raise PgqError(f"cannot serve metrics on {self._host}:{self._port}: {exc.strerror or exc}") from None
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="pgq-metrics", daemon=True)
-        self._thread.start()
 
     def stop(self) -> None:
-        """Stop serving (blocks up to about 0.2 s) and release the port and the database connection."""
+        """Stop serving and release the port and the database connection."""
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
