@@ -6,11 +6,12 @@ schedules answer three questions for the maintenance leader, always about a wind
 clock: which ticks fall in (after, until]; the latest tick in such a window; the first tick after an
 instant, looking no further than a horizon (the leader only needs to know when to wake up next).
 
-Cron syntax (minute hour day-of-month month day-of-week), each field one of: `*`, `*/n`, `a`, `a-b`,
-`a-b/n`, `a/n` (from a to the field's maximum), or a comma-separated list of those. Months and days of
-the week also accept English three-letter names (`jan`, `mon`); day of week 0 and 7 are both Sunday.
-As in classic cron, when both day-of-month and day-of-week are restricted (neither is `*`), a day
-matches if either matches. Cron fields are read in the schedule's time zone (UTC by default).
+Cron expressions are read by the `cronsim` library: 5 fields (minute hour day-of-month month
+day-of-week), each `*`, `*/n`, `a`, `a-b`, `a-b/n` or a comma-separated list of those, English
+three-letter names for months and days, day of week 0 and 7 both Sunday, and cronsim's extensions
+(`L` for the last day of the month, `mon#2` for the second Monday). As in classic cron, when both
+day-of-month and day-of-week are restricted, a day matches if either matches. Fields are read in the
+schedule's time zone (UTC by default).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
 
 from .errors import PgqError
 
@@ -100,75 +103,18 @@ class Every:
         return f"every {self.seconds} s"
 
 
-_MONTHS = {name: i for i, name in enumerate(
-    ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), start=1)}
-_DAYS = {name: i for i, name in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))}
-
-# (name, lowest, highest, names) per field, in expression order.
-_FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
-    ("minute", 0, 59, {}),
-    ("hour", 0, 23, {}),
-    ("day of month", 1, 31, {}),
-    ("month", 1, 12, _MONTHS),
-    ("day of week", 0, 7, _DAYS),
-)
-
-
-def _number(text: str, field: str, names: dict[str, int], expr: str) -> int:
-    value = names.get(text.lower())
-    if value is not None:
-        return value
-    if not text.isdigit():
-        raise CronError(f"cron {expr!r}: bad {field} value {text!r}")
-    return int(text)
-
-
-def _parse_field(text: str, index: int, expr: str) -> frozenset[int]:
-    field, low, high, names = _FIELDS[index]
-    values: set[int] = set()
-    for part in text.split(","):
-        base, slash, step_text = part.partition("/")
-        step = 1
-        if slash:
-            if not step_text.isdigit() or int(step_text) < 1:
-                raise CronError(f"cron {expr!r}: bad step {step_text!r} in the {field} field")
-            step = int(step_text)
-        if base == "*":
-            start, stop = low, high
-        elif "-" in base:
-            first, _, last = base.partition("-")
-            start, stop = _number(first, field, names, expr), _number(last, field, names, expr)
-        else:
-            start = _number(base, field, names, expr)
-            stop = high if slash else start
-        if not low <= start <= high or not low <= stop <= high:
-            raise CronError(f"cron {expr!r}: {field} {part!r} is outside {low}-{high}")
-        if start > stop:
-            raise CronError(f"cron {expr!r}: {field} range {part!r} runs backwards")
-        values.update(range(start, stop + 1, step))
-    if index == 4 and 7 in values:  # 7 is another name for Sunday
-        values.discard(7)
-        values.add(0)
-    return frozenset(values)
-
-
 @dataclass(frozen=True, slots=True)
 class Cron:
-    """A parsed 5-field cron expression, evaluated in time zone `tz` (an IANA name, default UTC).
+    """A 5-field cron expression, evaluated in time zone `tz` (an IANA name, default UTC), by the
+    `cronsim` library (the syntax and semantics of Debian's cron).
 
     Construct with `Cron.parse(expr, tz)`; raises CronError naming the bad field, or an unknown zone.
-    Ticks fall on whole minutes. In a zone with daylight saving time, a wall-clock minute that occurs
-    twice (autumn) ticks twice and one that does not exist (spring) never ticks.
+    Ticks fall on whole minutes. In a zone with daylight saving time a job runs once per wall-clock
+    time: a minute that occurs twice (autumn) ticks at its first occurrence only, and a minute the
+    clocks skip (spring) ticks at the moment they jump.
     """
 
     expr: str
-    minutes: frozenset[int]
-    hours: frozenset[int]
-    days: frozenset[int]
-    months: frozenset[int]
-    weekdays: frozenset[int]  # 0 = Sunday
-    day_restricted: bool
-    weekday_restricted: bool
     tz: dt.tzinfo
 
     @classmethod
@@ -182,7 +128,6 @@ class Cron:
                 f"cron {expr!r}: expected 5 fields (minute hour day-of-month month day-of-week), "
                 f"got {len(fields)}"
             )
-        parsed = [_parse_field(text, i, expr) for i, text in enumerate(fields)]
         if isinstance(tz, str):
             try:
                 zone: dt.tzinfo = UTC if tz.upper() == "UTC" else ZoneInfo(tz)
@@ -190,51 +135,40 @@ class Cron:
                 raise CronError(f"unknown time zone {tz!r}") from None
         else:
             zone = tz
-        minutes, hours, days, months, weekdays = parsed
-        return cls(expr, minutes, hours, days, months, weekdays, day_restricted=fields[2] != "*",
-                   weekday_restricted=fields[4] != "*", tz=zone)
+        try:
+            CronSim(expr, dt.datetime(2000, 1, 1, tzinfo=zone))
+        except CronSimError as exc:
+            raise CronError(f"cron {expr!r}: {str(exc).lower() or 'invalid'}") from None
+        return cls(expr, zone)
+
+    def _after(self, when: dt.datetime, *, reverse: bool = False) -> Iterator[dt.datetime]:
+        # cronsim yields the matching minutes strictly after `when` (before it, with reverse), in
+        # the schedule's zone; ticks are given in UTC.
+        for tick in CronSim(self.expr, _aware("time", when).astimezone(self.tz), reverse=reverse):
+            yield tick.astimezone(UTC)
 
     def matches(self, when: dt.datetime) -> bool:
         """Whether the minute containing `when` (read in the schedule's zone) is a tick."""
-        local = _aware("time", when).astimezone(self.tz)
-        if local.minute not in self.minutes or local.hour not in self.hours or local.month not in self.months:
-            return False
-        day_ok = local.day in self.days
-        weekday_ok = (local.isoweekday() % 7) in self.weekdays
-        if self.day_restricted and self.weekday_restricted:
-            return day_ok or weekday_ok
-        return day_ok and weekday_ok
-
-    @staticmethod
-    def _floor(when: dt.datetime) -> dt.datetime:
-        return _aware("time", when).astimezone(UTC).replace(second=0, microsecond=0)
+        minute = _aware("time", when).astimezone(UTC).replace(second=0, microsecond=0)
+        return next(self._after(minute - _MINUTE)) == minute
 
     def ticks(self, after: dt.datetime, until: dt.datetime) -> Iterator[dt.datetime]:
-        """See `Schedule.ticks`. Walks the window minute by minute: keep windows to hours or days."""
-        minute = self._floor(after) + _MINUTE
-        while minute <= until:
-            if self.matches(minute):
-                yield minute
-            minute += _MINUTE
+        """See `Schedule.ticks`."""
+        for tick in self._after(after):
+            if tick > until:
+                return
+            yield tick
 
     def latest(self, after: dt.datetime, until: dt.datetime) -> dt.datetime | None:
-        """See `Schedule.latest` (walks backwards from `until`, minute by minute)."""
-        minute = self._floor(until)
-        while minute > after:
-            if self.matches(minute):
-                return minute
-            minute -= _MINUTE
-        return None
+        """See `Schedule.latest`."""
+        # Reverse iteration excludes its start: start just past `until` so that `until` counts.
+        tick = next(self._after(_aware("until", until) + dt.timedelta(microseconds=1), reverse=True), None)
+        return tick if tick is not None and tick > after else None
 
     def next_after(self, after: dt.datetime, horizon: dt.timedelta) -> dt.datetime | None:
-        """See `Schedule.next_after` (walks minute by minute up to the horizon: keep it short)."""
-        minute = self._floor(after) + _MINUTE
-        end = after + horizon
-        while minute <= end:
-            if self.matches(minute):
-                return minute
-            minute += _MINUTE
-        return None
+        """See `Schedule.next_after`."""
+        tick = next(self._after(after), None)
+        return tick if tick is not None and tick <= after + horizon else None
 
     def __str__(self) -> str:
         return f"cron {self.expr!r}"
