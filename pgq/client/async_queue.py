@@ -1,0 +1,409 @@
+"""`AsyncQueue`, the pgq client as coroutines, and the source of the blocking `Queue`.
+
+pgq/client/queue.py is generated from this file by pgq/client/generate.py (run
+`python3 pgq/client/generate.py` after editing; a test fails while the generated file is stale). The
+generator drops `async`/`await`, renames the asyncio types to their blocking twins, reads a line that
+ends in `# sync: CODE` as CODE, and leaves out lines (and functions) marked `# async-only`.
+"""
+
+from __future__ import annotations
+
+import asyncio  # async-only
+import builtins
+import contextlib
+import datetime as dt
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, Self
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from .. import _ops
+from ..models import FINISHED, JSON, Claim, Job, JobSpec, JobStatus
+from .common import DEFAULT_LEASE as DEFAULT_LEASE
+from .common import (
+    AsyncWakeup,
+    SpareFlag,
+    SpecLike,
+    T,
+    _keeps_connection,
+    _lease_s,
+    _non_negative,
+    _retry_args,
+    _spare_done,
+    _specs,
+    _wait_deadline,
+    _wait_left,
+    _waiters,
+    check_pgbouncer_pool,
+    connection_failure,
+    pool_kwargs,
+)
+
+__all__ = ["AsyncQueue"]
+
+
+class AsyncQueue:
+    """The pgq client: enqueue, claim and acknowledge jobs, and operate the queue. `Queue` blocks and
+    is thread-safe, usable as soon as it is constructed; `AsyncQueue` has the same methods as
+    coroutines, and is opened first (`async with`, or awaiting its `open()`).
+
+    `dsn_or_pool`: a libpq DSN (the queue opens a pool of `min_size`..`max_size` connections and
+    closes it in `close()`), or a psycopg_pool `ConnectionPool` (`AsyncConnectionPool`) owned by the
+    caller (left open; every call takes a connection from it and gives it back).
+    `keep_connection`: keep one connection of the pool out of it between calls, for the next call
+    (see SPARE_MAX_AGE: it goes back at least every minute, and calls that find it busy use the
+    pool). Default: when the queue created its pool. It needs a pool of two or more connections;
+    with a pool of your own (whose connections must be in autocommit: PgqError otherwise), `close()`
+    gives the connection back and leaves the pool open.
+    `pgbouncer`: the DSN is a PgBouncer in transaction pooling mode, so the pool's connections never
+    prepare statements; with a pool of your own, PgqError unless it was created with
+    `kwargs={"prepare_threshold": None}`. `listen_dsn`: a direct connection for `wait` to LISTEN on
+    (behind PgBouncer). Use as a context manager or call `close()`.
+    """
+
+    def __init__(
+        self,
+        dsn_or_pool: str | AsyncConnectionPool[Any],
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 30.0,
+        keep_connection: bool | None = None,
+        pgbouncer: bool = False,
+        listen_dsn: str | None = None,
+    ) -> None:
+        if isinstance(dsn_or_pool, AsyncConnectionPool):
+            if pgbouncer:
+                check_pgbouncer_pool(dsn_or_pool)
+            self._pool: AsyncConnectionPool[Any] = dsn_or_pool
+            self._owns_pool = False
+        else:
+            self._pool = AsyncConnectionPool(
+                dsn_or_pool, min_size=min_size, max_size=max_size, timeout=timeout,
+                kwargs=pool_kwargs(pgbouncer), name="pgq", configure=_ops.configure_connection_async,
+                open=False,  # sync: open=True,
+            )
+            self._owns_pool = True
+        self._keeps_spare = _keeps_connection(self._pool, self._owns_pool, keep_connection)
+        self._spare: psycopg.AsyncConnection[Any] | None = None  # see SPARE_MAX_AGE
+        self._spare_cursor: psycopg.AsyncCursor[Any] | None = None  # a cursor of _spare, or None
+        self._spare_since = 0.0
+        self._spare_lock = SpareFlag()  # who uses the kept connection now; others use the pool
+        # The LISTEN side of wait(), started by the first wait (None: it polls, behind PgBouncer).
+        self._waiters = _waiters(self._pool, pgbouncer, listen_dsn)
+
+    @property
+    def pool(self) -> AsyncConnectionPool[Any]:
+        """The connection pool in use."""
+        return self._pool
+
+    async def open(self) -> None:  # async-only
+        """Open the pool if this queue created it (connections are made in the background)."""
+        if self._owns_pool:
+            await self._pool.open()
+
+    async def close(self) -> None:
+        """Give the kept connection back to the pool, and close the pool if this queue created it.
+        Idempotent. A queue on a pool of your own stays usable after it (every call then takes a
+        connection from the pool)."""
+        # A call running on the kept connection gives it back itself when it ends (a sync queue
+        # waits for it here instead).
+        idle = self._spare_lock.acquire(blocking=False)  # sync: idle = self._spare_lock.acquire()
+        spare, self._spare, self._spare_cursor = self._spare, None, None
+        self._keeps_spare = False
+        if idle:
+            self._spare_lock.release()
+            if spare is not None:
+                await self._pool.putconn(spare)
+        if self._waiters is not None:
+            await asyncio.to_thread(self._waiters.close)
+        if self._owns_pool:
+            await self._pool.close()
+
+    async def __aenter__(self) -> Self:
+        await self.open()  # async-only
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _run(self, op: _ops.Operation[T], conn: psycopg.AsyncConnection[Any] | None = None) -> T:
+        if conn is not None:
+            return await _ops.run_async(conn, op, own_transaction=True)
+        try:  # the happy path pays for no retry machinery
+            return await self._run_pooled(op)
+        except psycopg.OperationalError as exc:
+            if not op.retry_safe or not connection_failure(exc):
+                raise
+        import tenacity
+
+        async for attempt in tenacity.AsyncRetrying(**_retry_args()):
+            with attempt:
+                return await self._run_pooled(op)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _run_pooled(self, op: _ops.Operation[T]) -> T:
+        if self._keeps_spare and not self._pool.closed and self._spare_lock.acquire(blocking=False):
+            try:
+                return await self._run_spare(op)
+            finally:
+                self._spare_lock.release()
+        # getconn/putconn rather than pool.connection(): its `with conn` block costs a commit call and
+        # a context manager per statement (about 40 us). A connection of a caller's pool may not be in
+        # autocommit: end its transaction here, as that block would.
+        conn = await self._pool.getconn()
+        try:
+            result = await _ops.run_async(conn, op, own_transaction=True)
+            if not conn.autocommit:
+                await conn.commit()
+            return result
+        except BaseException:
+            if not conn.autocommit and not conn.broken:
+                with contextlib.suppress(psycopg.Error):
+                    await conn.rollback()
+            raise
+        finally:
+            await self._pool.putconn(conn)
+
+    async def _run_spare(self, op: _ops.Operation[T]) -> T:
+        # Holding _spare_lock. The owned pool's connections are in autocommit: nothing to commit. A
+        # close() meanwhile took the connection from _spare: then it goes back to the pool here.
+        conn = self._spare
+        cursor = self._spare_cursor
+        try:
+            if conn is None:
+                conn = await self._pool.getconn()
+                self._spare, self._spare_since = conn, time.monotonic()
+            if cursor is None:
+                cursor = self._spare_cursor = conn.cursor()
+            return await _ops.run_async(conn, op, own_transaction=True, cursor=cursor)
+        finally:
+            if conn is not None and (conn is not self._spare or _spare_done(conn, self._spare_since)):
+                if conn is self._spare:
+                    self._spare = self._spare_cursor = None
+                if cursor is not None:
+                    await cursor.close()
+                await self._pool.putconn(conn)
+            elif cursor is not None and not _ops.keeps_cursor(cursor):
+                self._spare_cursor = None
+                await cursor.close()
+
+    async def enqueue(
+        self,
+        kind: str,
+        payload: JSON = None,
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        run_at: dt.datetime | None = None,
+        delay: dt.timedelta | float | None = None,
+        dedupe_key: str | None = None,
+        watermark: int | None = None,
+        max_attempts: int | None = None,
+        conn: psycopg.AsyncConnection[Any] | None = None,
+    ) -> int:
+        """Enqueue one job and return its id; see `enqueue_many` for the rules.
+
+        Raises InvalidJob (nothing written) for bad input. With `conn`, the job is written in the
+        caller's transaction: it exists if and only if that transaction commits.
+        """
+        spec = JobSpec(kind, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
+                       dedupe_key=dedupe_key, watermark=watermark, max_attempts=max_attempts)
+        return (await self._run(_ops.enqueue([spec]), conn))[0]
+
+    async def enqueue_many(
+        self, specs: Iterable[SpecLike], *, conn: psycopg.AsyncConnection[Any] | None = None
+    ) -> builtins.list[int]:
+        """Enqueue a batch in one statement; returns one id per spec, in order.
+
+        A spec is a JobSpec or a mapping of its fields. All specs are validated before anything is
+        sent (InvalidJob). Dedupe: a `dedupe_key` that an active (queued or running) job of the
+        same queue holds returns that job's id and creates nothing, raising its input watermark to
+        `watermark` if higher; a watermark at or below the one a successful run already processed
+        returns that run's job id. Idle workers of the queues are notified once per queue.
+        """
+        return await self._run(_ops.enqueue(_specs(specs)), conn)
+
+    async def claim(
+        self,
+        *,
+        worker: str,
+        queues: Sequence[str] | None = None,
+        kinds: Sequence[str] | None = None,
+        limit: int = 1,
+        lease: dt.timedelta | float = DEFAULT_LEASE,
+    ) -> builtins.list[Claim]:
+        """Start an attempt on up to `limit` ready jobs (all queues when `queues` is None).
+
+        Jobs run in priority, run_at, id order; rows other claimers hold are skipped
+        (FOR UPDATE SKIP LOCKED), and concurrency limits are exact. Each claim holds a fresh lease
+        token valid for `lease`. Not retried on connection errors (claims a lost reply hid are
+        rescued when their lease expires).
+        """
+        return await self._run(_ops.claim(worker=worker, queues=queues, kinds=kinds, limit=limit, lease=lease))
+
+    async def complete(self, claim: Claim, result: JSON = None, watermark: int | None = None) -> JobStatus:
+        """Finish an attempt successfully, storing `result` (JSON).
+
+        Returns SUCCEEDED, or QUEUED when a higher watermark arrived while the job ran (a dirty
+        re-run). `watermark`: the input watermark processed (default: the job's when claimed).
+        Raises LeaseLost, changing nothing, if the attempt no longer holds the job.
+        """
+        return (await self._run(_ops.complete([(claim, result, watermark)], raise_lost=True)))[claim.id]
+
+    async def complete_many(self, items: Iterable[tuple[Claim, JSON]]) -> dict[int, JobStatus]:
+        """Complete many attempts in one statement: `(claim, result)` pairs.
+
+        Returns {job id: new status} for the attempts that still held their lease; ids missing
+        from it lost their lease and were left unchanged (no exception).
+        """
+        return await self._run(_ops.complete([(c, r, None) for c, r in items], raise_lost=False))
+
+    async def fail(self, claim: Claim, error: str, retry_in: dt.timedelta | float | None = None,
+                   *, final: bool = False) -> Job:
+        """Record a failed attempt and return the job as updated.
+
+        With attempts left (and not `final`) the job is queued again after `retry_in`, or after an
+        exponential backoff with jitter (never under 1 s); otherwise it is failed and its dedupe
+        key freed. Raises LeaseLost, changing nothing, if the attempt no longer holds the job.
+        """
+        retry_s = None if retry_in is None else _non_negative("retry_in", retry_in)
+        return (await self._run(_ops.fail([(claim, error, retry_s, final)], raise_lost=True)))[claim.id]
+
+    async def fail_many(self, items: Iterable[tuple[Claim, str]]) -> dict[int, Job]:
+        """Fail many attempts in one statement with the default backoff: `(claim, error)` pairs.
+
+        Returns the updated jobs of the attempts that still held their lease.
+        """
+        return await self._run(_ops.fail([(c, e, None, False) for c, e in items], raise_lost=False))
+
+    async def heartbeat(self, claims: Iterable[Claim], lease: dt.timedelta | float | None = None) -> None:
+        """Renew the leases of `claims` in one statement, by `lease` (default: each claim's own).
+
+        Raises LeaseLost naming the jobs whose lease was lost, after renewing all the others.
+        """
+        items = [(c, _lease_s(c, lease)) for c in claims]
+        await self._run(_ops.heartbeat(items, raise_lost=True))
+
+    async def snooze(self, claim: Claim, delay: dt.timedelta | float) -> Job:
+        """Requeue a running job `delay` from now without spending an attempt; returns the job.
+
+        Raises LeaseLost, changing nothing, if the attempt no longer holds the job.
+        """
+        delay_s = _non_negative("delay", delay)
+        return (await self._run(_ops.snooze([(claim, delay_s)], raise_lost=True)))[claim.id]
+
+    async def release(self, claims: Iterable[Claim]) -> builtins.list[int]:
+        """Hand running attempts straight back to the queue, due now, without spending an attempt
+        (a worker shutting down). Returns the ids released; attempts that lost their lease are
+        skipped."""
+        released = await self._run(_ops.snooze([(c, 0.0) for c in claims], raise_lost=False))
+        return builtins.list(released)
+
+    async def rescue_expired(self) -> builtins.list[int]:
+        """Rescue all attempts whose lease expired; returns their job ids.
+
+        Each expired attempt counts as failed: jobs with attempts left are queued again at once,
+        the others failed. Rows locked by other transactions are skipped, never waited for.
+        """
+        return await self._run(_ops.rescue_expired())
+
+    async def cancel(self, job_id: int) -> Job:
+        """Cancel a queued or running job; returns it (status `cancelled`, never retried). Raises
+        NotFound, or InvalidState when the job already finished. A running job's worker is told in
+        the same transaction (NOTIFY on channel pgq_cancel; without LISTEN, its next lease check) and
+        stops the handler: an async handler gets CancelledError, a sync one sees
+        `pgq.cancel_requested()` turn True. Whatever the handler returns then is discarded.
+        """
+        return await self._run(_ops.cancel(job_id))
+
+    async def wait(self, job_id: int, timeout: dt.timedelta | float | None = None) -> Job:
+        """Block until job `job_id` is succeeded, failed or cancelled, and return it (with its
+        `result` or `last_error`). Raises the built-in TimeoutError when `timeout` seconds (None:
+        no limit) pass first, NotFound for an unknown id.
+
+        Woken by the database, not by polling: the job is marked awaited, and finishing it
+        notifies channel pgq_finished, which one LISTEN connection per client (opened on the first
+        wait, shared by all) receives. Behind PgBouncer in transaction mode, pass `listen_dsn` (a
+        direct connection) to the constructor; without it, wait reads the job every 0.5 s."""
+        deadline = _wait_deadline(timeout)
+        waiters = self._waiters
+        if waiters is not None:
+            await asyncio.to_thread(waiters.start)
+        woken = AsyncWakeup()
+        if waiters is not None:
+            waiters.add(job_id, woken.set)
+        try:
+            while True:
+                if waiters is None or waiters.listening:
+                    job = await self._run(_ops.wait_mark(job_id))
+                    if job.status in FINISHED:
+                        return job
+                await woken.wait(_wait_left(deadline, job_id, waiters is None))
+                woken.clear()
+        finally:
+            if waiters is not None:
+                waiters.remove(job_id, woken.set)
+
+    async def retry(self, job_id: int) -> Job:
+        """Queue a failed or cancelled job again with fresh attempts; returns it. Raises NotFound,
+        or InvalidState (not failed/cancelled, or its dedupe key is held by another active job)."""
+        return await self._run(_ops.retry(job_id))
+
+    async def get(self, job_id: int) -> Job | None:
+        """Return the job with this id, or None."""
+        return await self._run(_ops.get(job_id))
+
+    async def purge(self, older_than: dt.timedelta | float) -> int:
+        """Delete jobs that finished more than `older_than` ago, in bounded batches (each its own
+        short transaction) until none is left; returns how many were deleted."""
+        return await self._run(_ops.purge(older_than))
+
+    async def set_concurrency_limit(self, kind: str, limit: int | None) -> None:
+        """Allow at most `limit` running jobs of `kind` across all workers (None removes the limit).
+        The limit applies to claims that start after this returns."""
+        await self._run(_ops.set_concurrency_limit(kind, limit))
+
+    async def set_rate_limit(self, kind: str, rate: str | tuple[int, float] | None) -> None:
+        """Let at most so many jobs of `kind` start in any window of that length, across all
+        workers: "100/s", "5/min", "1000/h", "10/2s", or (max_starts, seconds); None removes the
+        limit. Exact (a sliding window on the database clock, counted by the claim under a lock);
+        jobs over the limit stay queued until the window has room. Raises InvalidJob for a bad rate."""
+        await self._run(_ops.set_rate_limit(kind, rate))
+
+    async def is_dirty(self, queue: str, key: str) -> bool:
+        """True when `key` has input no successful run has processed yet (an active job)."""
+        return await self._run(_ops.is_dirty(queue, key))
+
+    async def stats(self) -> builtins.list[dict[str, Any]]:
+        """Rows of the pgq.queue_stats view (one dict per queue, with `paused` and `paused_at`)."""
+        return await self._run(_ops.queue_stats())
+
+    async def pause(self, queue: str) -> bool:
+        """Pause `queue`: once this returns, no worker anywhere claims its jobs (no restart needed);
+        jobs already running finish, and enqueueing still works. Returns True if the queue was
+        running, False if it was paused already. Needs an administrator's rights; raises
+        InvalidJob for an empty name and a psycopg error when a hung claim holds the lock over 5 s
+        (then nothing changed)."""
+        return await self._run(_ops.pause(queue))
+
+    async def resume(self, queue: str) -> bool:
+        """Resume a paused `queue` and wake idle workers; True if it was paused, False if not."""
+        return await self._run(_ops.resume(queue))
+
+    async def list(
+        self,
+        status: str | JobStatus | None = None,
+        queue: str | None = None,
+        kind: str | None = None,
+        limit: int = 100,
+        *,
+        before_id: int | None = None,
+    ) -> builtins.list[Job]:
+        """Jobs matching every given filter, newest first, at most `limit`; `before_id` pages.
+        Raises InvalidJob for an unknown status."""
+        return await self._run(
+            _ops.list_jobs(status=status, queue=queue, kind=kind, limit=limit, before_id=before_id)
+        )
