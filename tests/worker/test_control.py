@@ -333,3 +333,27 @@ def test_a_tasks_rate_limit_is_stored_by_its_worker_and_obeyed(pgq_dsn: str, db:
         {"kind": "limited", "max_starts": 3, "per_s": 0.5}]
     starts = [r["started_at"] for r in db.rows("SELECT started_at FROM pgq.jobs ORDER BY started_at")]
     assert busiest_window(starts, 0.5) == 3
+
+
+@pytest.mark.slow
+def test_thousands_of_waits_return_as_worker_processes_finish_their_jobs(
+    pgq_dsn: str, pgq_queue: pgq.Queue, db: DB, spawn_worker: Spawn
+) -> None:
+    total = 3000
+    ids = pgq_queue.enqueue_many([pgq.JobSpec("record", {"n": n}, queue="work") for n in range(total)])
+
+    async def wait_all() -> list[pgq.Job]:
+        async with AsyncQueue(pgq_dsn, max_size=4) as queue:
+            waits = [asyncio.create_task(queue.wait(i, timeout=60)) for i in ids]
+            await asyncio.sleep(0.5)  # the waits mark their jobs before the workers start
+            for name in ("a", "b"):
+                spawn_worker("--concurrency", "8", "--name", name)
+            listeners = db.value("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                 "AND query LIKE 'LISTEN pgq_finished%%'")
+            assert listeners == 1  # every wait shares one connection
+            return await asyncio.gather(*waits)
+
+    jobs = asyncio.run(wait_all())
+    assert [j.id for j in jobs] == ids
+    assert [j.result for j in jobs] == list(range(total))
+    assert all(j.status is JobStatus.SUCCEEDED for j in jobs)
