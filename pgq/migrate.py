@@ -25,7 +25,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from ._sql import data_dir, schema_file
-from .errors import NotMigrated
+from .errors import NotMigrated, PgqError
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -122,6 +122,18 @@ def head_revision() -> str:
     return heads.pop()
 
 
+MIN_SERVER_VERSION: Final = 140000
+"""The oldest PostgreSQL pgq supports (14); CI runs the suite on 14, 15, 16, 17 and 18."""
+
+
+def check_server_version(version_num: int) -> None:
+    """Raise PgqError naming the server's version when it is older than PostgreSQL 14
+    (`version_num` as `server_version_num` gives it, e.g. 150019)."""
+    if version_num < MIN_SERVER_VERSION:
+        major, minor = divmod(version_num, 10000)
+        raise PgqError(f"pgq needs PostgreSQL 14 or newer; this server is {major}.{minor}")
+
+
 def current_revision(dsn: str) -> str | None:
     """Return the pgq revision the database at `dsn` is at, or None when pgq was never migrated there.
 
@@ -139,12 +151,15 @@ def upgrade(dsn: str, revision: str = "head") -> None:
     Runs every pending revision in one transaction that holds the advisory lock MIGRATION_LOCK_KEY, so
     concurrent callers (other threads, processes or hosts) serialize; a caller that finds the database
     already at `revision` changes nothing. Creates the schema `pgq` if needed and records the revision
-    in `pgq.alembic_version`. Opens and closes its own connection. Raises psycopg errors when the
+    in `pgq.alembic_version`. Opens and closes its own connection. Raises PgqError on a server older
+    than PostgreSQL 14 (nothing changed), psycopg errors when the
     database cannot be reached or the DDL fails (the transaction is then rolled back: nothing changed),
     and alembic.util.CommandError for an unknown revision.
     """
     import alembic.command
 
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        check_server_version(conn.info.server_version)
     logger.info("upgrading %s to %s", _database_name(dsn), revision)
     with _alembic_lock:
         alembic.command.upgrade(_config(dsn), revision)

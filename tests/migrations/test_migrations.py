@@ -462,3 +462,12 @@ def test_0006_adds_rate_limits_and_its_downgrade_removes_them(pgq_dsn: str) -> N
     assert query(pgq_dsn, added) == []
     migrate.upgrade(pgq_dsn)
     assert query(pgq_dsn, added) == everything
+
+
+def test_servers_older_than_postgresql_14_are_refused_naming_their_version() -> None:
+    from pgq.errors import PgqError
+
+    with pytest.raises(PgqError, match=r"needs PostgreSQL 14 or newer; this server is 13\.16"):
+        migrate.check_server_version(130016)
+    migrate.check_server_version(140000)
+    migrate.check_server_version(180006)
