@@ -5,7 +5,8 @@ other users, and LISTEN is session state). It subscribes to the channels it is g
 channel's callback with the payload of every notification on it (a worker listens on `pgq`, whose
 payload is a queue name or `*` for everyone, and on `pgq_cancel`, whose payload names a cancelled
 attempt). When notifications stay quiet
-for `idle_check` seconds it pings the server, so a dead connection is noticed even without traffic.
+for `idle_check` seconds it pings the server, so a dead connection is noticed even without traffic;
+a ping unanswered after `ping_timeout` seconds (a half-open network) severs the connection.
 When the connection fails (server restart, network) it reconnects with jittered exponential backoff
 (tenacity) for as long as it runs, and calls `on_connect()` after every (re)connection: notifications
 sent while it was away are lost, so the worker should look for jobs then. Meanwhile the worker keeps
@@ -24,7 +25,7 @@ import psycopg
 import tenacity
 from psycopg import sql
 
-from . import _sql
+from . import _ops, _sql
 from .errors import one_line
 
 __all__ = ["Listener"]
@@ -52,9 +53,10 @@ class Listener:
         connect_kwargs: dict[str, Any] | None = None,
         idle_check: float = 30.0,
         max_backoff: float = 5.0,
+        ping_timeout: float = 10.0,
     ) -> None:
-        if not idle_check > 0 or not max_backoff > 0:
-            raise ValueError("idle_check and max_backoff must be positive")
+        if not idle_check > 0 or not max_backoff > 0 or not ping_timeout > 0:
+            raise ValueError("idle_check, max_backoff and ping_timeout must be positive")
         if not channels:
             raise ValueError("a Listener needs at least one channel")
         self._conninfo = conninfo
@@ -68,6 +70,7 @@ class Listener:
         self._listen = sql.SQL("; ".join(f"LISTEN {name}" for name in self._channels))
         self._on_connect = on_connect
         self._idle_check = idle_check
+        self._ping_timeout = ping_timeout
         self._max_backoff = max_backoff
         self._stopped = asyncio.Event()
         self._connected = False
@@ -118,7 +121,8 @@ class Listener:
                     # Let what the notification started (a claim) take its first step before this
                     # generator goes back to waiting: that is on the wake-up's critical path.
                     await asyncio.sleep(0)
-                await conn.execute(_sql.query("ping"))  # quiet for idle_check: is anyone there?
+                with _ops.AsyncWatchdog(conn, self._ping_timeout):  # no answer: a half-open network
+                    await conn.execute(_sql.query("ping"))  # quiet for idle_check: is anyone there?
         except psycopg.OperationalError as exc:
             self.reconnects += 1
             logger.warning("LISTEN connection lost (%s); reconnecting", one_line(exc),

@@ -8,7 +8,8 @@ are thrown back into the generator, so an operation can translate them.
 
 Modules, bottom-up: `core` (Stmt, Operation, shared checks, the statement registry), `jobs`
 (enqueue, claim, acknowledgements), `admin` (operators' operations), `leader` (maintenance runs),
-`driver` (run_sync / run_async). Callers use this package's names (`_ops.claim`), never a module's.
+`driver` (run_sync / run_async), `watchdog` (severing a connection that stopped answering).
+Callers use this package's names (`_ops.claim`), never a module's.
 """
 
 from .admin import (
@@ -49,13 +50,55 @@ from .leader import (
     purge_as_leader,
     rescue_as_leader,
 )
+from .watchdog import AsyncWatchdog, Watchdog, sever
 
 __all__ = [
-    "KEPT_CURSOR_MAX_ROWS", "PURGE_BATCH", "READ_ONLY_STATEMENTS", "RESCUE_BATCH", "TRANSACTION_IDLE_LIMIT",
-    "WRITING_STATEMENTS", "Fetch", "LeaderRun", "Operation", "StalledSession", "Steps", "Stmt", "cancel",
-    "claim", "complete", "configure_connection", "configure_connection_async", "end_stalled_as_leader",
-    "enqueue", "fail", "get", "heartbeat", "is_dirty", "jsonb_bytes_decoded", "keeps_cursor", "lease_check",
-    "list_jobs", "next_run_at", "parse_rate", "pause", "periodic_enqueue_as_leader", "purge", "purge_as_leader",
-    "queue_backlog", "queue_stats", "rescue_as_leader", "rescue_expired", "resume", "retry", "run_async",
-    "run_sync", "set_concurrency_limit", "set_rate_limit", "snooze", "wait_mark",
+    "KEPT_CURSOR_MAX_ROWS",
+    "PURGE_BATCH",
+    "READ_ONLY_STATEMENTS",
+    "RESCUE_BATCH",
+    "TRANSACTION_IDLE_LIMIT",
+    "WRITING_STATEMENTS",
+    "AsyncWatchdog",
+    "Fetch",
+    "LeaderRun",
+    "Operation",
+    "StalledSession",
+    "Steps",
+    "Stmt",
+    "Watchdog",
+    "cancel",
+    "claim",
+    "complete",
+    "configure_connection",
+    "configure_connection_async",
+    "end_stalled_as_leader",
+    "enqueue",
+    "fail",
+    "get",
+    "heartbeat",
+    "is_dirty",
+    "jsonb_bytes_decoded",
+    "keeps_cursor",
+    "lease_check",
+    "list_jobs",
+    "next_run_at",
+    "parse_rate",
+    "pause",
+    "periodic_enqueue_as_leader",
+    "purge",
+    "purge_as_leader",
+    "queue_backlog",
+    "queue_stats",
+    "rescue_as_leader",
+    "rescue_expired",
+    "resume",
+    "retry",
+    "run_async",
+    "run_sync",
+    "set_concurrency_limit",
+    "set_rate_limit",
+    "sever",
+    "snooze",
+    "wait_mark",
 ]

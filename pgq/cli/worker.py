@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from typing import Any
 
 from ..app import load_app
+from ..errors import one_line
 from .args import int_range, non_empty, seconds_arg
-from .common import ENV_DSN, EXIT_OK, Commands, Formatter, check_database, connect_dsn, dsn_parent
+from .common import ENV_DSN, EXIT_OK, CliError, Commands, Formatter, check_database, connect_dsn, dsn_parent
 from .logs import setup_logging
 
-__all__ = ["register"]
+__all__ = ["register", "wait_for_database"]
+
+logger = logging.getLogger("pgq.worker")
 
 
 def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
@@ -23,7 +27,7 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
             dsn_parent(
                 "connect the worker to DSN instead of the App's own database (default: the DSN "
                 f"or pool the App was built with; ${ENV_DSN} is not consulted). The database must be "
-                "reachable and migrated before the worker starts",
+                "migrated; while it cannot be reached the worker waits (see --connect-wait)",
                 pgbouncer_help="the worker's database (--dsn, else the App's) is a PgBouncer in transaction "
                 "pooling mode: prepare no statements, and LISTEN only on --listen-dsn (without it, poll)",
             )
@@ -62,6 +66,16 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
         help="lease of each claimed job, renewed by heartbeats every third of it; the job of a worker "
         "that died is rescued about half a lease after its lease expired, and a database session stuck "
         "for half a lease sending a pgq statement's result to a frozen client is ended (default: 60)",
+    )
+    p.add_argument(
+        "--io-timeout", metavar="SECONDS", type=seconds_arg("io timeout", positive=True),
+        help="longest wait for the database's answer to a statement; past it the connection is taken for "
+        "dead (a half-open network) and replaced (default: a quarter of the lease, at least 5)",
+    )
+    p.add_argument(
+        "--connect-wait", metavar="SECONDS", type=seconds_arg("connect wait", positive=False),
+        help="at start, how long to keep retrying (with backoff, logged) while the database cannot be "
+        "reached; 0 fails at once (default: for ever, so a supervisor does not restart it in a loop)",
     )
     p.add_argument(
         "--poll-interval", metavar="SECONDS", type=seconds_arg("poll interval", positive=True),
@@ -115,14 +129,17 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if cwd not in sys.path:
         sys.path.insert(0, cwd)  # like `python -m`: the user's modules are importable from here
     app = load_app(args.app)
-    check_database(connect_dsn(args.dsn or app.dsn))
-    # Logging starts once the worker can start: errors before that stay one line on stderr.
+    dsn = connect_dsn(args.dsn or app.dsn)
+    # Logging starts once the App loads: a bad app or DSN stays one line on stderr; the wait for the
+    # database is logged.
     setup_logging(args.log_level, args.log_format)
+    wait_for_database(dsn, args.connect_wait)
     options: dict[str, Any] = {
         "queues": args.queues,
         "concurrency": args.concurrency,
         "prefetch": args.prefetch,
         "lease": args.lease,
+        "io_timeout": args.io_timeout,
         "poll_interval": args.poll_interval,
         "drain_timeout": args.drain_timeout,
         "claimed_by": args.claimed_by,
@@ -138,3 +155,26 @@ def cmd_worker(args: argparse.Namespace) -> int:
     worker = Worker(app, **{k: v for k, v in options.items() if v is not None})
     worker.run()
     return EXIT_OK
+
+
+def wait_for_database(dsn: str, wait: float | None) -> None:
+    """Check that `dsn` is reachable and migrated, retrying connection failures through tenacity
+    (jittered exponential backoff up to 10 s, each retry logged at WARNING) for `wait` seconds (None:
+    until it connects). Raises CliError once `wait` has passed, NotMigrated at once."""
+    import tenacity
+
+    def log(state: tenacity.RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        delay = state.next_action.sleep if state.next_action is not None else 0.0
+        logger.warning("waiting for the database: %s; retrying in %.1f s", one_line(exc) if exc else "?",
+                       delay, extra={"event": "db_unavailable", "step": "start", "failures": state.attempt_number})
+
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(CliError),
+        wait=tenacity.wait_random_exponential(multiplier=0.25, max=10.0),
+        stop=tenacity.stop_never if wait is None else tenacity.stop_after_delay(wait),
+        before_sleep=log, reraise=True,
+    )
+    for attempt in retrying:
+        with attempt:
+            check_database(dsn)

@@ -20,7 +20,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from .. import _ops
-from ..models import FINISHED, JSON, Claim, Job, JobSpec, JobStatus
+from ..models import FINISHED, JSON, Claim, Job, JobSpec, JobStatus, positive_seconds
 from .common import DEFAULT_LEASE as DEFAULT_LEASE
 from .common import (
     AsyncWakeup,
@@ -60,7 +60,10 @@ class AsyncQueue:
     `pgbouncer`: the DSN is a PgBouncer in transaction pooling mode, so the pool's connections never
     prepare statements; with a pool of your own, PgqError unless it was created with
     `kwargs={"prepare_threshold": None}`. `listen_dsn`: a direct connection for `wait` to LISTEN on
-    (behind PgBouncer). Use as a context manager or call `close()`.
+    (behind PgBouncer). `io_timeout`: seconds a call may wait on its connection (None: no limit);
+    past it the connection is taken for dead (a half-open network, a server that stopped answering)
+    and severed: the call raises psycopg.OperationalError, or is retried on a new connection when it
+    is safe to repeat. Set it above your slowest statement. Use as a context manager or call `close()`.
     """
 
     def __init__(
@@ -73,7 +76,9 @@ class AsyncQueue:
         keep_connection: bool | None = None,
         pgbouncer: bool = False,
         listen_dsn: str | None = None,
+        io_timeout: float | None = None,
     ) -> None:
+        self._io_timeout = None if io_timeout is None else positive_seconds("io_timeout", io_timeout)
         if isinstance(dsn_or_pool, AsyncConnectionPool):
             if pgbouncer:
                 check_pgbouncer_pool(dsn_or_pool)
@@ -131,7 +136,8 @@ class AsyncQueue:
 
     async def _run(self, op: _ops.Operation[T], conn: psycopg.AsyncConnection[Any] | None = None) -> T:
         if conn is not None:
-            return await _ops.run_async(conn, op, own_transaction=True)
+            with _ops.AsyncWatchdog(conn, self._io_timeout):
+                return await _ops.run_async(conn, op, own_transaction=True)
         try:  # the happy path pays for no retry machinery
             return await self._run_pooled(op)
         except psycopg.OperationalError as exc:
@@ -155,7 +161,8 @@ class AsyncQueue:
         # autocommit: end its transaction here, as that block would.
         conn = await self._pool.getconn()
         try:
-            result = await _ops.run_async(conn, op, own_transaction=True)
+            with _ops.AsyncWatchdog(conn, self._io_timeout):
+                result = await _ops.run_async(conn, op, own_transaction=True)
             if not conn.autocommit:
                 await conn.commit()
             return result
@@ -178,7 +185,8 @@ class AsyncQueue:
                 self._spare, self._spare_since = conn, time.monotonic()
             if cursor is None:
                 cursor = self._spare_cursor = conn.cursor()
-            return await _ops.run_async(conn, op, own_transaction=True, cursor=cursor)
+            with _ops.AsyncWatchdog(conn, self._io_timeout):
+                return await _ops.run_async(conn, op, own_transaction=True, cursor=cursor)
         finally:
             if conn is not None and (conn is not self._spare or _spare_done(conn, self._spare_since)):
                 if conn is self._spare:

@@ -32,6 +32,7 @@ RENAMES = {
     "AsyncWakeup": "Wakeup",
     "AsyncRetrying": "Retrying",
     "SpareFlag": "SpareLock",
+    "AsyncWatchdog": "Watchdog",
     "configure_connection_async": "configure_connection",
     "run_async": "run_sync",
     "__aenter__": "__enter__",

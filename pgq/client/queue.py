@@ -14,7 +14,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from .. import _ops
-from ..models import FINISHED, JSON, Claim, Job, JobSpec, JobStatus
+from ..models import FINISHED, JSON, Claim, Job, JobSpec, JobStatus, positive_seconds
 from .common import DEFAULT_LEASE as DEFAULT_LEASE
 from .common import (
     Wakeup,
@@ -54,7 +54,10 @@ class Queue:
     `pgbouncer`: the DSN is a PgBouncer in transaction pooling mode, so the pool's connections never
     prepare statements; with a pool of your own, PgqError unless it was created with
     `kwargs={"prepare_threshold": None}`. `listen_dsn`: a direct connection for `wait` to LISTEN on
-    (behind PgBouncer). Use as a context manager or call `close()`.
+    (behind PgBouncer). `io_timeout`: seconds a call may wait on its connection (None: no limit);
+    past it the connection is taken for dead (a half-open network, a server that stopped answering)
+    and severed: the call raises psycopg.OperationalError, or is retried on a new connection when it
+    is safe to repeat. Set it above your slowest statement. Use as a context manager or call `close()`.
     """
 
     def __init__(
@@ -67,7 +70,9 @@ class Queue:
         keep_connection: bool | None = None,
         pgbouncer: bool = False,
         listen_dsn: str | None = None,
+        io_timeout: float | None = None,
     ) -> None:
+        self._io_timeout = None if io_timeout is None else positive_seconds("io_timeout", io_timeout)
         if isinstance(dsn_or_pool, ConnectionPool):
             if pgbouncer:
                 check_pgbouncer_pool(dsn_or_pool)
@@ -119,7 +124,8 @@ class Queue:
 
     def _run(self, op: _ops.Operation[T], conn: psycopg.Connection[Any] | None = None) -> T:
         if conn is not None:
-            return _ops.run_sync(conn, op, own_transaction=True)
+            with _ops.Watchdog(conn, self._io_timeout):
+                return _ops.run_sync(conn, op, own_transaction=True)
         try:  # the happy path pays for no retry machinery
             return self._run_pooled(op)
         except psycopg.OperationalError as exc:
@@ -143,7 +149,8 @@ class Queue:
         # autocommit: end its transaction here, as that block would.
         conn = self._pool.getconn()
         try:
-            result = _ops.run_sync(conn, op, own_transaction=True)
+            with _ops.Watchdog(conn, self._io_timeout):
+                result = _ops.run_sync(conn, op, own_transaction=True)
             if not conn.autocommit:
                 conn.commit()
             return result
@@ -166,7 +173,8 @@ class Queue:
                 self._spare, self._spare_since = conn, time.monotonic()
             if cursor is None:
                 cursor = self._spare_cursor = conn.cursor()
-            return _ops.run_sync(conn, op, own_transaction=True, cursor=cursor)
+            with _ops.Watchdog(conn, self._io_timeout):
+                return _ops.run_sync(conn, op, own_transaction=True, cursor=cursor)
         finally:
             if conn is not None and (conn is not self._spare or _spare_done(conn, self._spare_since)):
                 if conn is self._spare:

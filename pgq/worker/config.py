@@ -69,6 +69,14 @@ class WorkerConfig:
       thread of their own (None: no server; 0: any free port, see `Worker.metrics_address`). See
       `pgq.metrics` for the metrics.
     - `metrics_host`: address the metrics server binds (default 127.0.0.1: this machine only).
+    - `io_timeout`: longest wait for the database's answer to one of the worker's statements (default
+      None: a quarter of the lease, at least 5 s). Past it the connection is taken for dead (a
+      half-open network, a stalled server) and closed, and the statement retried on a new one, so a
+      worker recovers from a black-holed connection instead of waiting on it for ever. The LISTEN
+      connection pings the server after that long without a notification, with the same limit for the
+      answer. Set it above the slowest statement you expect.
+    - `connect_timeout`: seconds to wait for a new connection (libpq's connect_timeout), unless the
+      DSN sets its own.
     """
 
     queues: tuple[str, ...] | None = None
@@ -93,6 +101,8 @@ class WorkerConfig:
     pgbouncer: bool | None = None
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
+    io_timeout: float | None = None
+    connect_timeout: float = 10.0
 
     def __post_init__(self) -> None:
         if self.queues is not None and (
@@ -113,11 +123,11 @@ class WorkerConfig:
                 raise InvalidJob(f"metrics_port must be an int in 0..65535, got {self.metrics_port!r}")
         if not isinstance(self.metrics_host, str) or not self.metrics_host:
             raise InvalidJob("metrics_host must be a non-empty str")
-        for name in ("lease", "poll_interval", "retention_interval", "shutdown_timeout"):
+        for name in ("lease", "poll_interval", "retention_interval", "shutdown_timeout", "connect_timeout"):
             _check_seconds(name, getattr(self, name), positive=True)
         for name in ("drain_timeout", "ack_delay"):
             _check_seconds(name, getattr(self, name), positive=False)
-        for name in ("rescue_interval", "retention"):
+        for name in ("rescue_interval", "retention", "io_timeout"):
             if getattr(self, name) is not None:
                 _check_seconds(name, getattr(self, name), positive=True)
         if not isinstance(self.claimed_by, str) or not self.claimed_by:
@@ -154,6 +164,11 @@ class WorkerConfig:
     def effective_pool_size(self) -> int:
         """`pool_size`, or its default for this concurrency."""
         return self.pool_size if self.pool_size is not None else 4 + min(self.concurrency // 4, 6)
+
+    @property
+    def effective_io_timeout(self) -> float:
+        """`io_timeout`, or a quarter of the lease but at least 5 s."""
+        return self.io_timeout if self.io_timeout is not None else max(self.lease / 4, 5.0)
 
     @property
     def effective_rescue_interval(self) -> float:

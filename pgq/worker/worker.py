@@ -12,11 +12,13 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 import signal
 import threading
 from collections.abc import Coroutine
 from typing import Any
 
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
 from .. import _ops
@@ -134,12 +136,12 @@ class Worker:
         pgbouncer = self.app.pgbouncer if cfg.pgbouncer is None else cfg.pgbouncer
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             dsn, min_size=min(2, cfg.effective_pool_size), max_size=cfg.effective_pool_size,
-            kwargs={**self.app.connect_kwargs, **pool_kwargs(pgbouncer)}, open=False,
+            kwargs={**self._connect_kwargs(dsn), **pool_kwargs(pgbouncer)}, open=False,
             name=f"pgq-worker-{cfg.claimed_by}", timeout=5.0, configure=_ops.configure_connection_async,
         )
         # The queue keeps one connection out of the pool for the next call (while it is free), and its
         # cursor with it: an idle worker's claim then finds its loaders and dumpers ready.
-        queue = AsyncQueue(pool, keep_connection=True)
+        queue = AsyncQueue(pool, keep_connection=True, io_timeout=cfg.effective_io_timeout)
         threads = Threads(loop, cfg.concurrency, f"pgq-{cfg.claimed_by}")
         state = self._begin(loop)
         acks = Acknowledger(state, queue)
@@ -218,8 +220,17 @@ class Worker:
                         "polling every %g s", cfg.claimed_by, cfg.poll_interval,
                         extra={"event": "worker_poll_only", "worker": cfg.claimed_by})
             return None
-        return Listener(cfg.listen_dsn or dsn, channels={"pgq": producer.on_notify, "pgq_cancel": runner.on_cancel},
-                        on_connect=producer.on_listen, connect_kwargs=self.app.connect_kwargs)
+        listen_dsn = cfg.listen_dsn or dsn
+        return Listener(listen_dsn, channels={"pgq": producer.on_notify, "pgq_cancel": runner.on_cancel},
+                        on_connect=producer.on_listen, connect_kwargs=self._connect_kwargs(listen_dsn),
+                        idle_check=cfg.effective_io_timeout, ping_timeout=cfg.effective_io_timeout)
+
+    def _connect_kwargs(self, dsn: str) -> dict[str, Any]:
+        """The App's connection kwargs, with the worker's connect_timeout unless `dsn` or they set one."""
+        kwargs = dict(self.app.connect_kwargs)
+        if "connect_timeout" not in kwargs and not conninfo_to_dict(dsn).get("connect_timeout"):
+            kwargs["connect_timeout"] = max(2, math.ceil(self.config.connect_timeout))
+        return kwargs
 
     def _start_metrics(self, dsn: str) -> None:
         cfg = self.config

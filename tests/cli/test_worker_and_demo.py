@@ -106,12 +106,25 @@ def test_worker_with_bad_app_is_a_one_line_error(cli: CLI, spec: str, message: s
     assert len(result.err_lines) == 1 and message in result.err
 
 
-def test_worker_with_unreachable_app_database_fails_fast(app_dir: Path) -> None:
+def test_worker_with_unreachable_app_database_and_no_connect_wait_fails_fast(app_dir: Path) -> None:
     started = time.monotonic()
-    result = run_subprocess("worker", "cli_test_app:app", cwd=str(app_dir),
+    result = run_subprocess("worker", "cli_test_app:app", "--connect-wait", "0", cwd=str(app_dir),
                             env={"CLI_TEST_APP_DSN": "host=127.0.0.1 port=1 dbname=x"})
     assert time.monotonic() - started < 10
-    assert result.code == 1 and result.err.startswith("pgq: error: cannot connect to the database")
+    assert result.code == 1 and result.err.strip().splitlines()[-1].startswith(
+        "pgq: error: cannot connect to the database")
+
+
+def test_worker_retries_an_unreachable_database_with_logged_backoff_until_connect_wait(app_dir: Path) -> None:
+    started = time.monotonic()
+    result = run_subprocess("worker", "cli_test_app:app", "--connect-wait", "3", cwd=str(app_dir),
+                            env={"CLI_TEST_APP_DSN": "host=127.0.0.1 port=1 dbname=x"})
+    elapsed = time.monotonic() - started
+    retries = [line for line in result.err.splitlines() if "waiting for the database: cannot connect" in line]
+    assert 3 <= elapsed < 20, result.err
+    assert len(retries) >= 2 and all("retrying in" in line for line in retries), result.err
+    assert result.code == 1 and result.err.strip().splitlines()[-1].startswith(
+        "pgq: error: cannot connect to the database")
 
 
 @pytest.mark.slow

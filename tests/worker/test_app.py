@@ -220,6 +220,9 @@ def test_worker_config_defaults_and_conversions() -> None:
     assert config.effective_rescue_interval == 15.0
     assert config.claimed_by  # hostname-pid
     assert WorkerConfig(concurrency=64).effective_pool_size == 10
+    assert config.effective_io_timeout == 7.5  # a quarter of the lease
+    assert WorkerConfig(lease=2).effective_io_timeout == 5.0  # at least 5 s
+    assert WorkerConfig(io_timeout=1.5).effective_io_timeout == 1.5
 
 
 @pytest.mark.parametrize(
@@ -232,6 +235,8 @@ def test_worker_config_defaults_and_conversions() -> None:
         ({"queues": []}, "queues"),
         ({"retention": 0}, "retention"),
         ({"claimed_by": ""}, "claimed_by"),
+        ({"io_timeout": 0}, "io_timeout"),
+        ({"connect_timeout": -1}, "connect_timeout"),
         ({"bogus": 1}, "unknown worker setting"),
     ],
 )
