@@ -4,6 +4,10 @@
     python3 dev.py demo [ARGS...]   run `pgq demo` (an embedded PostgreSQL unless PGQ_DSN is set)
     python3 dev.py test [ARGS...]   ruff, mypy --strict, the docs (mkdocs build --strict), then the
                                     whole test suite (ARGS go to pytest; --no-lint skips the checks)
+    python3 dev.py matrix [14 16 17]  the version slice on throwaway servers of those PostgreSQL versions
+    python3 dev.py history [JOBS]   the full randomized run under faults and kills (default 100,000
+                                    jobs), checked against its recorded history; CI runs 6,000
+    python3 dev.py soak [ARGS...]   bench/soak.py: 30 minutes of steady enqueue and drain, a line a minute
 
 Both create the virtualenv `.venv` next to this file on first use and install pgq into it
 (editable, with its test and dev extras); they reinstall when pyproject.toml changes. Tests use
@@ -153,6 +157,22 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def cmd_history(args: list[str]) -> int:
+    """Run the randomized history test with JOBS (default 100,000) jobs, printing its figures."""
+    ensure_venv()
+    jobs = args[0] if args else "100000"
+    if not jobs.isdigit() or int(jobs) < 100:
+        sys.exit(f"dev: JOBS must be a number of jobs >= 100, got {jobs!r}")
+    env = dict(os.environ, PGQ_HISTORY_JOBS=jobs)
+    return run(PYTHON, "-m", "pytest", "-q", "-s", "tests/worker/test_history.py", "-k", "random", env=env)
+
+
+def cmd_soak(args: list[str]) -> int:
+    """Run bench/soak.py with `args`."""
+    ensure_venv()
+    return run(PYTHON, str(ROOT / "bench" / "soak.py"), *args)
+
+
 def cmd_demo(args: list[str]) -> int:
     """Run the demo: producer and workers, printing what happened."""
     ensure_venv()
@@ -160,7 +180,7 @@ def cmd_demo(args: list[str]) -> int:
 
 
 def main() -> int:
-    commands = {"test": cmd_test, "demo": cmd_demo, "matrix": cmd_matrix}
+    commands = {"test": cmd_test, "demo": cmd_demo, "matrix": cmd_matrix, "history": cmd_history, "soak": cmd_soak}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         print(__doc__)
         return 2

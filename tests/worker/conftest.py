@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
 import pgq
@@ -240,3 +241,23 @@ def spawn_worker(pgq_dsn: str, tmp_path: Path) -> Iterator[Callable[..., WorkerP
                 worker.kill()
         for worker in started:
             print(f"--- log of worker {worker.pid} ---\n{worker.log()[-6000:]}")
+
+
+@pytest.fixture
+def faults(pgq_dsn: str, db: DB, spawn_worker: Callable[..., WorkerProcess]) -> Iterator[Any]:
+    """A fault proxy in front of the test server, and the history triggers on the test database
+    (a `tests.worker.faults.Faults`)."""
+    from .. import history
+    from ..faultproxy import FaultProxy
+    from .faults import Faults
+
+    params = conninfo_to_dict(pgq_dsn)
+    host = str(params.get("host") or "127.0.0.1")
+    if host.startswith("/"):
+        pytest.skip("the fault proxy needs a TCP server; the test server is on a unix socket")
+    history.install(db.conn)
+    proxy = FaultProxy(host, int(params.get("port") or 5432))
+    try:
+        yield Faults(proxy, db, pgq_dsn, str(params["dbname"]), spawn_worker)
+    finally:
+        proxy.close()

@@ -24,6 +24,8 @@ def main() -> None:
     parser.add_argument("--rescue-interval", type=float, default=None)
     parser.add_argument("--name", default=None)
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--listen-dsn", default=None)
+    parser.add_argument("--io-timeout", type=float, default=None)
     args = parser.parse_args()
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
@@ -31,6 +33,7 @@ def main() -> None:
         worker_app.app,
         queues=args.queues, concurrency=args.concurrency, lease=args.lease, poll_interval=args.poll_interval,
         drain_timeout=args.drain_timeout, claimed_by=args.name, rescue_interval=args.rescue_interval,
+        listen_dsn=args.listen_dsn, io_timeout=args.io_timeout,
     )
     worker.run()
     logging.getLogger("runner").info("worker exited cleanly")

@@ -21,13 +21,12 @@ Design, and why:
   transaction, NOT in the transaction that acknowledges the job (pgq acknowledges in batches, later,
   on its own connection). So a kill between the insert and the acknowledgement repeats the effect
   under the next attempt: at-least-once, as for any side effect outside the queue's transaction.
-- Proof from the database: a statement-level trigger on pgq.jobs (with transition tables, so one insert
-  per statement) records every change but heartbeats in `chaos_transitions`, in the same transaction
-  as the change itself: claims (→ running: job, new token, attempt, worker), ends of attempts (running →
-  anything: job, old token, attempt, new status, error, and the token named in the stored result,
-  which the handler sets to its own lease token), and anything else. The assertions (VIOLATIONS) are
-  over that whole history: one claim per attempt, each attempt ended exactly once, one success per
-  job, by the attempt whose handler returned the result, nothing touched after it finished.
+- Proof from the database: the history recorder of tests/history.py records every event of every
+  job (claims, heartbeats, ends of attempts with the token the stored result names, which the handler
+  sets to its own lease token) in the same transaction as the change itself, and its checker verifies
+  the whole history: one claim per attempt, at most one live lease, each attempt ended once, one
+  success per job by the attempt whose handler returned the result, nothing touched after it
+  finished, side effects only from claimed attempts.
 - Short leases (2 s, rescue every 1 s) so the jobs of a killed worker come back quickly; 8 jobs running
   and 8 prefetched per worker, so every kill interrupts jobs in flight.
 - Bounded: a hard deadline (DEADLINE_S) after which the test fails, saying how many jobs are in which
@@ -53,6 +52,7 @@ import pgq
 from pgq.embedded import EmbeddedServer, start_embedded
 from pgq.testing import dsn_with_dbname
 
+from .. import history
 from .conftest import EFFECTS_DDL, WorkerProcess
 
 pytestmark = pytest.mark.slow
@@ -69,101 +69,8 @@ FREEZE_AFTER = 0.85  # a worker is frozen (SIGSTOP) once this share has succeede
 FREEZE_MAX_S = 20.0  # rescued jobs run again soon) until all its jobs are rescued, within this bound
 DEADLINE_S = 150.0
 
-AUDIT_DDL = """
-CREATE TABLE chaos_transitions (
-    id bigserial PRIMARY KEY,
-    job_id bigint NOT NULL,
-    old_status text NOT NULL,
-    new_status text NOT NULL,
-    token uuid,      -- the attempt's lease token: the new one for a claim, the old one for an end
-    attempt integer,
-    worker text,
-    error text,
-    result_token uuid,  -- the lease token the stored result names (the chaos handler returns its own)
-    at timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-
-CREATE FUNCTION chaos_audit() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    -- Every change but a heartbeat's (which only moves lease_expires_at).
-    INSERT INTO chaos_transitions (job_id, old_status, new_status, token, attempt, worker, error, result_token)
-    SELECT n.id, o.status::text, n.status::text,
-           CASE WHEN n.status = 'running' THEN n.lease_token ELSE o.lease_token END,
-           CASE WHEN n.status = 'running' THEN n.attempts ELSE o.attempts END,
-           n.claimed_by, n.last_error, (n.result->>'token')::uuid
-    FROM old_rows o JOIN new_rows n ON n.id = o.id
-    WHERE (o.status, o.lease_token, o.attempts, o.finished_at, o.result, o.last_error, o.run_at)
-          IS DISTINCT FROM (n.status, n.lease_token, n.attempts, n.finished_at, n.result, n.last_error, n.run_at);
-    RETURN NULL;
-END $$;
-
-CREATE TRIGGER chaos_audit AFTER UPDATE ON pgq.jobs
-    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION chaos_audit();
-
-CREATE VIEW chaos_claims AS
-    SELECT job_id, token, attempt, worker, at FROM chaos_transitions WHERE new_status = 'running';
-CREATE VIEW chaos_ends AS
-    SELECT job_id, token, attempt, new_status, error, result_token, at
-    FROM chaos_transitions WHERE old_status = 'running';
-"""
-
-# Each query returns the rows that break one property; all must come back empty.
-VIOLATIONS = {
-    "a job was claimed while it was running (two attempts held it at once)": """
-        SELECT job_id, token, attempt, worker FROM chaos_transitions
-        WHERE old_status = 'running' AND new_status = 'running'""",
-    "a finished job was changed again (finished twice)": """
-        SELECT job_id, old_status, new_status, token, attempt FROM chaos_transitions
-        WHERE old_status IN ('succeeded', 'failed', 'cancelled')""",
-    "a job was completed by the acknowledgement of an attempt that did not hold its lease": """
-        SELECT job_id, token, result_token FROM chaos_ends
-        WHERE new_status = 'succeeded' AND result_token IS DISTINCT FROM token""",
-    "an attempt ended twice under one lease token": """
-        SELECT job_id, token, count(*) AS ends FROM chaos_ends GROUP BY 1, 2 HAVING count(*) > 1""",
-    "claims do not match the job's attempts (one claim per attempt, numbered 1..attempts)": """
-        SELECT j.id, j.attempts, c.claims, c.lo, c.hi
-        FROM pgq.jobs j
-        LEFT JOIN (SELECT job_id, count(*) AS claims, count(DISTINCT attempt) AS distinct_attempts,
-                          min(attempt) AS lo, max(attempt) AS hi
-                   FROM chaos_claims GROUP BY 1) c ON c.job_id = j.id
-        WHERE c.claims IS DISTINCT FROM j.attempts::bigint OR c.distinct_attempts <> c.claims
-           OR c.lo <> 1 OR c.hi <> j.attempts""",
-    "an attempt was claimed and never ended, or ended without being claimed": """
-        SELECT c.job_id AS claimed, c.token AS claim_token, e.job_id AS ended, e.token AS end_token
-        FROM chaos_claims c FULL JOIN chaos_ends e ON e.job_id = c.job_id AND e.token = c.token
-        WHERE c.token IS NULL OR e.token IS NULL OR c.attempt <> e.attempt""",
-    "a job did not succeed exactly once, by its last attempt": """
-        SELECT j.id, j.attempts, s.successes, s.attempt
-        FROM pgq.jobs j
-        LEFT JOIN (SELECT job_id, count(*) AS successes, max(attempt) AS attempt
-                   FROM chaos_ends WHERE new_status = 'succeeded' GROUP BY 1) s ON s.job_id = j.id
-        WHERE s.successes IS DISTINCT FROM 1 OR s.attempt <> j.attempts OR j.status <> 'succeeded'""",
-    "a side effect was recorded twice by one attempt": """
-        SELECT job_id, token, count(*) FROM effects GROUP BY 1, 2 HAVING count(*) > 1""",
-    "a side effect does not belong to a claimed attempt of its job (or has the wrong payload)": """
-        SELECT e.id, e.job_id, e.token, e.attempt, c.attempt AS claimed_attempt
-        FROM effects e
-        JOIN pgq.jobs j ON j.id = e.job_id
-        LEFT JOIN chaos_claims c ON c.job_id = e.job_id AND c.token = e.token
-        WHERE c.token IS NULL OR c.attempt <> e.attempt OR e.n <> (j.payload->>'n')::int""",
-    "the successful attempt left no side effect": """
-        SELECT s.job_id, s.token FROM chaos_ends s
-        WHERE s.new_status = 'succeeded'
-          AND NOT EXISTS (SELECT 1 FROM effects e WHERE e.job_id = s.job_id AND e.token = s.token)""",
-}
-
-SUMMARY = """
-SELECT (SELECT count(*) FROM chaos_claims) AS attempts,
-       (SELECT count(*) FROM chaos_ends WHERE error LIKE 'lease expired%%' AND new_status <> 'succeeded')
-           AS rescues,
-       (SELECT count(*) FROM chaos_ends WHERE new_status = 'queued' AND error NOT LIKE 'lease expired%%')
-           AS handler_failures,
-       (SELECT count(*) FROM pgq.jobs WHERE attempts > 1) AS jobs_with_retries,
-       (SELECT max(attempts) FROM pgq.jobs) AS max_attempts,
-       (SELECT count(*) FROM effects) AS effects,
-       (SELECT count(*) - count(DISTINCT job_id) FROM effects) AS repeated_effects
-"""
+# The history recorder (tests/history.py) records every job event; claims by worker, for the checks here.
+CLAIMS_VIEW = "CREATE VIEW chaos_claims AS SELECT job_id, token, attempt, worker, at FROM history WHERE event = 'claim'"
 
 
 class Database:
@@ -215,7 +122,8 @@ def chaos_server() -> Iterator[tuple[EmbeddedServer, str]]:
         migrate.upgrade(dsn)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(EFFECTS_DDL)
-            conn.execute(AUDIT_DDL)
+            history.install(conn)
+            conn.execute(CLAIMS_VIEW)
         try:
             yield server, dsn
         finally:
@@ -307,8 +215,11 @@ def test_chaos_kills_and_a_server_crash_lose_nothing_and_finish_nothing_twice(
                              "min((payload->>'n')::int) AS lo, max((payload->>'n')::int) AS hi FROM pgq.jobs")[0]
         assert jobs == {"c": TOTAL, "ns": TOTAL, "lo": 0, "hi": TOTAL - 1}  # no job lost, none added
         assert {r["id"] for r in database.rows("SELECT id FROM pgq.jobs")} == set(ids)
-        broken = {what: rows[:5] for what, query in VIOLATIONS.items() if (rows := database.rows(query))}
-        summary = database.rows(SUMMARY)[0]
+        assert database._conn is not None
+        checked = history.check(database._conn)
+        broken = checked.violations
+        summary = checked.counts
+        wrong = database.rows("SELECT count(*) AS n FROM pgq.jobs WHERE status <> 'succeeded'")[0]["n"]
         # Workers that lived through the restart claimed again afterwards: none stayed stuck.
         survivors = [w for w in workers if w.pid in restart["alive"]]
         stuck = [w.log_path.stem for w in survivors if not database.rows(
@@ -328,17 +239,16 @@ def test_chaos_kills_and_a_server_crash_lose_nothing_and_finish_nothing_twice(
               f"{freeze['at_s']} s with {len(freeze['ids'])} jobs, thawed at {freeze['thawed_s']} s when "
               f"{freeze['running_elsewhere']} ran elsewhere "
               f"({frozen_log.count('lease lost')} late acknowledgements or heartbeats refused); "
-              f"attempts {summary['attempts']}, rescues {summary['rescues']}, handler failures "
-              f"{summary['handler_failures']}, jobs with retries {summary['jobs_with_retries']} (max attempts "
-              f"{summary['max_attempts']}), side effects {summary['effects']} ({summary['repeated_effects']} "
-              f"repeated); worker logs ({tmp_path}): {log_text.count('lease expired, rescued')} rescues, "
+              f"history: {checked.summary()}; worker logs ({tmp_path}): "
+              f"{log_text.count('lease expired, rescued')} rescues, "
               f"{log_text.count('lease lost')} lost leases")
     with capsys.disabled():
         print("\n" + report)
     assert not broken, f"{report}\nviolations: {broken}"
+    assert wrong == 0, f"{report}\n{wrong} jobs did not succeed"
     assert not bad_exits, f"{report}\nworkers did not drain cleanly on SIGTERM: {bad_exits}"
     assert not stuck, f"{report}\nworkers {stuck} lived through the server restart but never claimed again"
-    assert summary["rescues"] > 0, f"{report}\nno rescue: the kills interrupted nothing, so the test proved little"
+    assert summary.get("rescues", 0) > 0, f"{report}\nno rescue: the kills interrupted nothing, so it proved little"
     assert "lease lost" in frozen_log, f"{report}\nthe frozen worker's stale acknowledgements were not refused"
 
 

@@ -1,6 +1,7 @@
 """The App that subprocess workers of the tests run (imported by runner.py, never by pytest itself).
 
-Reads its DSN from PGQ_TEST_WORKER_DSN. Handlers record what they do in the table `effects`
+Reads its DSN from PGQ_TEST_WORKER_DSN (and the one for `effects` from PGQ_TEST_EFFECTS_DSN, by
+default the same). Handlers record what they do in the table `effects`
 (created by the tests) through their own connection pool, so the tests can count side effects
 independently of pgq's own bookkeeping. PGQ_TEST_PERIODIC=1 also registers a 1-second periodic task.
 """
@@ -18,6 +19,9 @@ from psycopg_pool import ConnectionPool
 import pgq
 
 DSN = os.environ["PGQ_TEST_WORKER_DSN"]
+# The handlers' own connection for `effects`: direct to the server even when the worker's DSN goes
+# through a fault proxy, so that a cut network cannot hide or repeat a side effect's record.
+EFFECTS_DSN = os.environ.get("PGQ_TEST_EFFECTS_DSN", DSN)
 app = pgq.App(DSN)
 
 _pool: ConnectionPool[Any] | None = None
@@ -29,7 +33,7 @@ def record(n: int | None = None, note: str | None = None) -> None:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ConnectionPool(DSN, min_size=1, max_size=4, kwargs={"autocommit": True}, open=True)
+            _pool = ConnectionPool(EFFECTS_DSN, min_size=1, max_size=4, kwargs={"autocommit": True}, open=True)
     job = pgq.current_job()
     with _pool.connection() as conn:
         conn.execute(
@@ -82,6 +86,13 @@ def chaos(n: int, ms: float, rerun_ms: float) -> dict[str, Any]:
     time.sleep((ms if pgq.current_job().attempts == 1 else rerun_ms) / 1000)
     record(n, "effect")
     return {"n": n, "token": str(pgq.current_job().lease_token)}
+
+
+@app.task(name="limited", queue="work", concurrency_limit=3,
+          retry=pgq.Backoff(initial=0.2, max_delay=1.0, min_delay=0.1))
+def limited(n: int, ms: float, rerun_ms: float) -> dict[str, Any]:
+    """`chaos` for a kind of which at most 3 jobs run at once across all workers."""
+    return chaos.func(n, ms, rerun_ms)
 
 
 @app.task(name="stoppable_async", queue="work")
