@@ -27,14 +27,30 @@ _UNTYPED_REQUESTS = {80877103, 80877104}  # SSLRequest, GSSENCRequest: the serve
 @dataclass
 class Arm:
     """A cut waiting for a statement whose text contains `marker`: `phase` "before" drops the message
-    and cuts; "after" forwards it and cuts when the server's answer comes back (dropping it). Fires
-    `times` times; `fired` counts, `events` is set at each."""
+    and cuts; "during" forwards it and cuts when the first bytes of the server's answer come back (a
+    result bigger than the server's send buffer is then cut before the statement's implicit
+    transaction committed: it rolls back); "after" forwards it, holds back the server's answer until
+    the server says it is ready for the next query (the statement committed), and cuts then, so the
+    client never sees the answer. Fires `times` times; `fired` counts, `event` is set at each."""
 
     marker: str
-    phase: Literal["before", "after"]
+    phase: Literal["before", "during", "after"]
     times: int = 1
     fired: int = 0
+    statements: list[str] = field(default_factory=list)  # the first line of each statement it cut
     event: threading.Event = field(default_factory=threading.Event)
+
+
+def _ready_for_query(data: bytes) -> bool:
+    """Whether the server's messages in `data` (from a message boundary) include ReadyForQuery."""
+    at = 0
+    while at + 5 <= len(data):
+        kind = data[at:at + 1]
+        (length,) = struct.unpack("!i", data[at + 1:at + 5])
+        if kind == b"Z" and at + 1 + length <= len(data):
+            return True
+        at += 1 + length
+    return False
 
 
 class _Stream:
@@ -109,7 +125,7 @@ class FaultProxy:
         """A DSN for database `dbname` through the proxy (no TLS: the proxy reads the protocol)."""
         return f"postgresql://{user}@127.0.0.1:{self.port}/{dbname}?sslmode=disable&gssencmode=disable"
 
-    def arm(self, marker: str, phase: Literal["before", "after"], times: int = 1) -> Arm:
+    def arm(self, marker: str, phase: Literal["before", "during", "after"], times: int = 1) -> Arm:
         """Cut the connection that next executes a statement containing `marker` (see `Arm`)."""
         armed = Arm(marker, phase, times)
         self._call(lambda: self._arms.append(armed))
@@ -214,6 +230,7 @@ class FaultProxy:
                     pair: tuple[asyncio.StreamWriter, asyncio.StreamWriter], stream: _Stream | None,
                     cut_on_answer: list[Arm]) -> None:
         # `stream`: the client's side (parsed for armed statements); None: the server's answers.
+        held = b""  # the server's answer held back by an "after" cut
         with contextlib.suppress(ConnectionError, OSError, asyncio.IncompleteReadError):
             while True:
                 data = await reader.read(65536)
@@ -232,8 +249,11 @@ class FaultProxy:
                 elif stream is not None:
                     stream.feed(data)
                 elif cut_on_answer:
-                    self._fire(cut_on_answer.pop(), pair)
-                    return
+                    armed = cut_on_answer[-1]
+                    if armed.phase == "during" or _ready_for_query(held := held + data):
+                        self._fire(cut_on_answer.pop(), pair)
+                        return
+                    continue  # "after": hold the answer back until the statement is over
                 writer.write(data)
                 await writer.drain()
         with contextlib.suppress(Exception):
@@ -244,6 +264,7 @@ class FaultProxy:
             for armed in self._arms:
                 if armed.marker in text:
                     armed.fired += 1
+                    armed.statements.append(text.strip().splitlines()[0] if text.strip() else "")
                     if armed.fired >= armed.times:
                         self._arms.remove(armed)
                     return armed

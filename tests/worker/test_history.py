@@ -2,13 +2,13 @@
 
 Worker processes drain a mix of jobs through the fault proxy while the test keeps enqueueing
 deduplicated jobs with rising watermarks, cancels jobs at random, and injects faults at random: cuts
-of every connection, a cut at a chosen statement (claim, acknowledgement, heartbeat; before the
-server gets it or before its answer gets back), stalls up to one and a half leases, and SIGKILLs of
-workers (restarted at once). Afterwards the history checker verifies every job's sequence of
-attempts, at most one live lease per job at any time, no completion accepted from a lease that was
-not current, no rescue of an unexpired lease, dedupe (never two active jobs per key), the per-kind
-concurrency limit, watermarks never going backwards, and side effects; every job not cancelled must
-have succeeded.
+of every connection, a cut at a chosen statement (claim, acknowledgement, heartbeat, commit; before
+the server gets it, while it answers, or after it committed and before the answer gets back), stalls
+up to one and a half leases, and SIGKILLs of workers (restarted at once). Afterwards the history
+checker verifies every job's sequence of attempts, at most one live lease per job at any time, no
+completion accepted from a lease that was not current, no rescue of an unexpired lease, dedupe
+(never two active jobs per key), the per-kind concurrency limit, watermarks never going backwards,
+and side effects; every job not cancelled must have succeeded.
 
 CI runs a short version (PGQ_HISTORY_JOBS, default 6,000 jobs); `python3 dev.py history` runs the
 full one (100,000 jobs). PGQ_HISTORY_SEED replays a run's random choices (the faults' timing does
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.slow
 
 WORKERS = 3
 KEYS = 40  # dedupe keys of the keyed jobs
-LIMIT = 3  # concurrency limit of kind "limited" (worker_app.py)
+LIMIT = 3  # concurrency limit of kind "limited" (so every claim takes the general, two-statement path)
 
 
 def test_random_history_under_faults_and_kills_holds_every_invariant(
@@ -54,6 +54,7 @@ def test_random_history_under_faults_and_kills_holds_every_invariant(
                                             queue="work") for n in range(start, min(plain, start + 5000))])
         queue.enqueue_many([pgq.JobSpec("limited", {"n": n, "ms": 5, "rerun_ms": 5}, queue="work")
                             for n in range(limited)])
+        queue.set_concurrency_limit("limited", LIMIT)
 
     generations = Counter[int]()
 
@@ -97,13 +98,15 @@ def test_random_history_under_faults_and_kills_holds_every_invariant(
             if fault == "cut":
                 faults.proxy.cut()
             elif fault == "arm":
-                marker = rng.choice((CLAIM, COMPLETE, HEARTBEAT))
-                phase = rng.choice(("before", "after"))
+                # COMMIT ends the general claim's transaction (and maintenance's): "after" it, the
+                # claimed rows are committed and lost in transit.
+                marker = rng.choice((CLAIM, COMPLETE, HEARTBEAT, "COMMIT"))
+                phase = rng.choice(("before", "during", "after"))
                 armed = faults.proxy.arm(marker, phase)
                 if not armed.event.wait(3):
                     faults.proxy.disarm(armed)
                     continue
-                fault = f"cut {marker[3:].rstrip(':')} {phase}"
+                fault = f"cut {marker.removeprefix('-- ').rstrip(':')} {phase}"
             elif fault == "stall":
                 faults.proxy.stall()
                 time.sleep(rng.uniform(0.2, 1.5 * LEASE_S))
