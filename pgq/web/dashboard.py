@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import PoolTimeout
 
 from .. import _ops
 from ..app import App
@@ -81,14 +82,14 @@ class Dashboard:
 
     async def read(self, op: _ops.Operation[T]) -> T:
         """Run the read `op` (see pgq.web.queries) on a connection of the pool, once more should the
-        connection turn out to be lost."""
+        connection turn out to be lost (not when the pool had none to give: it waited long enough)."""
         queue = await self.queue()
         for attempt in (1, 2):
             try:
                 async with queue.pool.connection() as conn:
                     return await _ops.run_async(conn, op, own_transaction=True)
             except psycopg.OperationalError as exc:
-                if attempt == 2 or not op.retry_safe or not connection_failure(exc):
+                if attempt == 2 or not op.retry_safe or not connection_failure(exc) or isinstance(exc, PoolTimeout):
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
 
