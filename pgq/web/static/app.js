@@ -79,6 +79,15 @@
     }
   });
 
+  // A notice after an action comes as ?done=...: drop it from the address once shown, so that a
+  // reload or a bookmark does not show it again.
+  if (window.history && window.history.replaceState && /[?&]done=/.test(window.location.search)) {
+    var url = new URL(window.location.href);
+    url.searchParams.delete("done");
+    url.searchParams.delete("queue");
+    window.history.replaceState(null, "", url.pathname + url.search + url.hash);
+  }
+
   var regions = document.querySelectorAll("[data-live]");
   for (var i = 0; i < regions.length; i++) { startLive(regions[i]); }
 })();
