@@ -6,7 +6,7 @@
 --
 -- A backward range scan of jobs_finished_idx (finished_at, finished jobs only), newest first, that
 -- stops after `cap` rows: its cost is that of the hour's jobs, and never more than `cap` of them
--- (100,000: about 50 ms), however busy the hour was. When it stops early (the counts add up to
+-- (50,000: about 25 ms), however busy the hour was. When it stops early (the counts add up to
 -- `cap`), the oldest minute returned is counted in part only and the older ones not at all: the
 -- dashboard then shows the chart from the next minute on, and says so. Finished jobs older than the
 -- hour are never read: no count over the whole table.
