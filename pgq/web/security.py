@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import HttpError
@@ -90,7 +90,8 @@ def _digest(user: str, password: str) -> bytes:
 
 class BasicAuth:
     """ASGI middleware: every HTTP request but those for static files needs the credentials `user` and
-    `password` (HTTP Basic); others get 401 with a `WWW-Authenticate` challenge. The comparison is
+    `password` (HTTP Basic); others get 401 with a `WWW-Authenticate` challenge (and, under /api/,
+    the API's ``{"error": ...}``). The comparison is
     hmac.compare_digest on SHA-256 digests, so it takes the same time whatever the guess."""
 
     def __init__(self, app: ASGIApp, user: str, password: str) -> None:
@@ -113,10 +114,13 @@ class BasicAuth:
         if scope["type"] != "http" or _is_static(scope) or self._allowed(scope):
             await self.app(scope, receive, send)
             return
-        response = PlainTextResponse(
-            "401 Unauthorized: this pgq dashboard needs a user name and password\n", status_code=401,
-            headers={"WWW-Authenticate": 'Basic realm="pgq dashboard", charset="UTF-8"'},
-        )
+        message = "this pgq dashboard needs a user name and password"
+        challenge = {"WWW-Authenticate": 'Basic realm="pgq dashboard", charset="UTF-8"'}
+        response: Response
+        if route_path(scope).startswith("/api/"):
+            response = JSONResponse({"error": message}, status_code=401, headers=challenge)
+        else:
+            response = PlainTextResponse(f"401 Unauthorized: {message}\n", status_code=401, headers=challenge)
         await response(scope, receive, send)
 
 
