@@ -72,7 +72,9 @@ TICKS_SHOWN = 5
 def _guard() -> _ops.Steps[dt.datetime]:
     rows = yield _ops.Stmt("dashboard_guard", {"statement_timeout": STATEMENT_TIMEOUT,
                                                "idle_limit": _ops.TRANSACTION_IDLE_LIMIT})
-    now: dt.datetime = rows[0]["now"]
+    # In UTC whatever the session's time zone (a caller's pool may not be in UTC): the chart's
+    # minutes are labelled from it.
+    now: dt.datetime = rows[0]["now"].astimezone(dt.UTC)
     return now
 
 

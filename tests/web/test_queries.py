@@ -137,3 +137,22 @@ def test_rights_of_the_owner(pgq_dsn: str) -> None:
     assert rights.change_jobs and rights.pause and rights.refusal("cancel") is None
     refused = queries.Rights("someone", change_jobs=False, pause=False)
     assert "someone" in (refused.refusal("retry") or "") and "pause" in (refused.refusal("resume") or "")
+
+
+def test_times_are_utc_whatever_the_session_time_zone(pgq_dsn: str, pgq_queue: Queue, db: SQL) -> None:
+    # A caller's AsyncQueue may bring a pool whose sessions are in another zone.
+    import psycopg
+
+    from pgq import _ops
+
+    finish(db, pgq_queue.enqueue("k"), "succeeded", 0)
+
+    async def main() -> queries.Overview:
+        conn = await psycopg.AsyncConnection.connect(pgq_dsn, autocommit=True, options="-c TimeZone=Asia/Kolkata")
+        async with conn:
+            return await _ops.run_async(conn, queries.overview(), own_transaction=True)
+
+    data = asyncio.run(main())
+    assert data.now.utcoffset() == dt.timedelta(0)
+    assert all(m.utcoffset() == dt.timedelta(0) for m in data.throughput.minutes)
+    assert sum(data.throughput.succeeded) == 1
