@@ -23,9 +23,11 @@ from .common import (
     resolve_dsn,
 )
 
-__all__ = ["ENV_AUTH", "is_loopback", "register"]
+__all__ = ["ENV_AUTH", "LOOPBACK_NAMES", "is_loopback", "register"]
 
 ENV_AUTH = "PGQ_DASHBOARD_AUTH"
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+"""The Host names a dashboard served without --auth answers to (with the --host it listens on)."""
 WEB_EXTRA = "pip install 'pgq-jobs[web]'"
 
 
@@ -111,8 +113,11 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
     app = load_app(args.app) if args.app else None
     check_database(dsn)
+    # Without a password, answer only to this machine's names: a page elsewhere that re-points its own
+    # name at 127.0.0.1 (DNS rebinding) would otherwise be same-origin with the dashboard.
+    hosts = None if auth is not None else LOOPBACK_NAMES | {args.host.strip("[]").lower()}
     dashboard = create_app(dsn, auth=auth, read_only=args.read_only, app=app, refresh_s=args.refresh,
-                           pgbouncer=args.pgbouncer)
+                           pgbouncer=args.pgbouncer, allowed_hosts=hosts)
     host = f"[{args.host}]" if ":" in args.host else args.host
     notes = [n for n in ("read-only" if args.read_only else "", "password required" if auth else "") if n]
     print(f"pgq dashboard on http://{host}:{args.port}/ for {describe_dsn(dsn)}"

@@ -7,7 +7,7 @@ import contextlib
 import functools
 import logging
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
 import psycopg
@@ -26,7 +26,7 @@ from .api import Api, json_error
 from .dashboard import Dashboard, Settings
 from .errors import HttpError, from_exception
 from .pages import Pages
-from .security import BasicAuth, SecurityHeaders, parse_auth, route_path
+from .security import BasicAuth, SecurityHeaders, TrustedHosts, parse_auth, route_path
 
 __all__ = ["STATIC_DIR", "create_app"]
 
@@ -45,6 +45,7 @@ def create_app(
     csrf_secret: bytes | str | None = None,
     pool_size: int = 4,
     pgbouncer: bool = False,
+    allowed_hosts: Iterable[str] | None = None,
 ) -> Starlette:
     """Build the pgq dashboard: an ASGI app to serve with uvicorn or to mount in your own Starlette or
     FastAPI app (``Mount("/pgq", app=create_app(dsn, auth=...))``: links follow the mount path).
@@ -60,7 +61,9 @@ def create_app(
     schedules and their next run). `refresh_s`: seconds between the live refreshes of the overview,
     workers and job pages. `title`: the name in the page header. `csrf_secret`: the key of the
     forms' CSRF tokens; random unless given, which is what several processes serving one dashboard
-    need to share.
+    need to share. `allowed_hosts`: answer only requests whose Host header (port aside) is one of
+    these names (400 otherwise): the defence of a dashboard without `auth` on a loopback address
+    against DNS rebinding, which `pgq dashboard` applies in that case; None: any Host.
 
     Raises PgqError for a bad argument (auth without a colon, refresh_s <= 0, pool_size < 1).
     Connects to nothing until the first request.
@@ -111,6 +114,8 @@ def create_app(
             await dash.close()
 
     middleware = [Middleware(SecurityHeaders)]
+    if allowed_hosts is not None:
+        middleware.append(Middleware(TrustedHosts, hosts=list(allowed_hosts)))
     if auth is not None:
         middleware.append(Middleware(BasicAuth, user=auth[0], password=auth[1]))
     starlette = Starlette(

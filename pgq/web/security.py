@@ -13,6 +13,11 @@ Actions come two ways, and each has its rule:
 Both also refuse a request whose `Origin` header names another origin than its `Host`, or whose
 `Sec-Fetch-Site` says it came from another site: a second line of defence, which means a reverse
 proxy must pass the browser's Host header on.
+
+A dashboard on a loopback address without a password is what DNS rebinding attacks: a page of
+another site re-points its own name at 127.0.0.1, and its requests are then same-origin. `TrustedHosts`
+answers only requests whose `Host` is one of the names the dashboard is served under (`pgq dashboard`
+applies it in that case), which the rebound name is not.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import hashlib
 import hmac
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers, MutableHeaders
@@ -40,8 +45,10 @@ __all__ = [
     "BasicAuth",
     "Csrf",
     "SecurityHeaders",
+    "TrustedHosts",
     "check_api_request",
     "check_same_origin",
+    "host_name",
     "parse_auth",
     "route_path",
 ]
@@ -121,6 +128,31 @@ class BasicAuth:
             response = JSONResponse({"error": message}, status_code=401, headers=challenge)
         else:
             response = PlainTextResponse(f"401 Unauthorized: {message}\n", status_code=401, headers=challenge)
+        await response(scope, receive, send)
+
+
+def host_name(header: str) -> str:
+    """The host name of a `Host` header, lower-cased, without its port (``[::1]:8787`` -> ``::1``)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+
+class TrustedHosts:
+    """ASGI middleware: answers 400 to an HTTP request whose `Host` header (port aside) is not one of
+    `hosts`, the defence against DNS rebinding (see the module docstring)."""
+
+    def __init__(self, app: ASGIApp, hosts: Iterable[str]) -> None:
+        self.app = app
+        self.hosts = frozenset(host_name(h) if h.startswith("[") else h.strip().lower() for h in hosts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or host_name(Headers(scope=scope).get("host", "")) in self.hosts:
+            await self.app(scope, receive, send)
+            return
+        response = PlainTextResponse(
+            f"400 Bad Request: this dashboard answers to {', '.join(sorted(self.hosts))} only\n", status_code=400)
         await response(scope, receive, send)
 
 

@@ -59,11 +59,28 @@ def test_with_auth_a_non_loopback_address_is_served(capsys: pytest.CaptureFixtur
     assert len(served) == 2
 
 
-def test_loopback_is_served_without_auth(capsys: pytest.CaptureFixture[str], pgq_dsn: str,
-                                        served: list[dict[str, Any]]) -> None:
+def test_loopback_is_served_without_auth_to_local_host_names_only(capsys: pytest.CaptureFixture[str], pgq_dsn: str,
+                                                                  served: list[dict[str, Any]]) -> None:
     code, err = run_cli(capsys, "dashboard", "--dsn", pgq_dsn)
     assert code == 0 and served[0]["host"] == "127.0.0.1" and served[0]["port"] == 8787
     assert "http://127.0.0.1:8787/" in err
+
+    # The served app answers this machine's names, not a name re-pointed at it (DNS rebinding).
+    from starlette.testclient import TestClient
+
+    with TestClient(served[0]["app"], base_url="http://127.0.0.1:8787") as client:
+        assert client.get("/api/queues").status_code == 200
+        assert client.get("/api/queues", headers={"Host": "localhost:8787"}).status_code == 200
+        assert client.get("/api/queues", headers={"Host": "rebound.example:8787"}).status_code == 400
+
+
+def test_with_auth_any_host_name_is_answered(capsys: pytest.CaptureFixture[str], pgq_dsn: str,
+                                             served: list[dict[str, Any]]) -> None:
+    assert run_cli(capsys, "dashboard", "--dsn", pgq_dsn, "--auth", "u:p")[0] == 0
+    from starlette.testclient import TestClient
+
+    with TestClient(served[0]["app"], base_url="http://dash.example.com") as client:
+        assert client.get("/api/queues", auth=("u", "p")).status_code == 200
 
 
 @pytest.mark.parametrize("auth", ["nopassword", ":pw", "user:", ":"])

@@ -294,3 +294,17 @@ def test_mounted_under_a_path_links_and_rules_follow_the_mount(pgq_dsn: str, pgq
         assert paused.headers["location"] == "/ops/pgq/?done=pause&queue=mail"
     assert db("SELECT status::text FROM pgq.jobs") == [{"status": "cancelled"}]
     assert db("SELECT queue FROM pgq.paused_queues") == [{"queue": "mail"}]
+
+
+def test_allowed_hosts_refuse_other_host_names(dashboard: Client) -> None:
+    # DNS rebinding: a page of evil.example re-points its name at 127.0.0.1; its requests then carry
+    # Host: evil.example, and are refused, static files and API alike.
+    local = dashboard(allowed_hosts=["127.0.0.1", "localhost", "::1"], client_options={"base_url": "http://localhost:8787"})
+    assert local.get("/").status_code == 200
+    for host in ("127.0.0.1:8787", "LOCALHOST", "[::1]:8787"):
+        assert local.get("/api/queues", headers={"Host": host}).status_code == 200, host
+    for host in ("evil.example:8787", "evil.example", "127.0.0.1.evil.example", "", "[::2]:8787"):
+        for path in ("/", "/api/queues", "/static/app.css"):
+            response = local.get(path, headers={"Host": host})
+            assert response.status_code == 400 and "answers to 127.0.0.1, ::1, localhost only" in response.text
+            assert response.headers["content-security-policy"]
