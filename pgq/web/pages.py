@@ -69,7 +69,8 @@ class Pages:
         context = {
             "base": base_path(request), "settings": settings, "version": version(),
             "csrf_token": self.dash.csrf.token(cookie), "notice": _notice(request),
-            "refresh_label": f"{settings.refresh_s:g} s", "section": None, "now": None, **context,
+            "refresh_label": f"{settings.refresh_s:g} s", "section": None, "now": None, "live_page": live is not None,
+            **context,
         }
         name = live if live is not None and LIVE_HEADER in request.headers else template
         html = self.dash.templates.get_template(name).render(context)
