@@ -98,8 +98,9 @@ def _digest(user: str, password: str) -> bytes:
 class BasicAuth:
     """ASGI middleware: every HTTP request but those for static files needs the credentials `user` and
     `password` (HTTP Basic); others get 401 with a `WWW-Authenticate` challenge (and, under /api/,
-    the API's ``{"error": ...}``). The comparison is
-    hmac.compare_digest on SHA-256 digests, so it takes the same time whatever the guess."""
+    the API's ``{"error": ...}``). The comparison is hmac.compare_digest on SHA-256 digests, so it
+    takes the same time whatever the guess. A request for a static file that climbs out of /static/
+    (``/static/../api/...``) still only reaches the static files, which refuse it."""
 
     def __init__(self, app: ASGIApp, user: str, password: str) -> None:
         self.app = app

@@ -308,3 +308,31 @@ def test_allowed_hosts_refuse_other_host_names(dashboard: Client) -> None:
             response = local.get(path, headers={"Host": host})
             assert response.status_code == 400 and "answers to 127.0.0.1, ::1, localhost only" in response.text
             assert response.headers["content-security-policy"]
+
+
+def test_a_static_path_that_climbs_out_reaches_no_page(pgq_dsn: str) -> None:
+    # Sent as is (a client would normalise "..") to an app that needs credentials.
+    import asyncio
+
+    async def raw(path: str) -> tuple[int, bytes]:
+        app = create_app(pgq_dsn, auth="u:p")
+        sent: list[dict[str, object]] = []
+
+        async def receive() -> dict[str, object]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict[str, object]) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
+                 "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"",
+                 "headers": [(b"host", b"testserver")], "client": ("127.0.0.1", 1), "server": ("testserver", 80)}
+        await app(scope, receive, send)  # type: ignore[arg-type]
+        await app.state.dashboard.close()
+        start = next(m for m in sent if m["type"] == "http.response.start")
+        body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")  # type: ignore[misc]
+        return int(start["status"]), body  # type: ignore[call-overload]
+
+    for path in ("/static/../api/queues", "/static/%2e%2e/api/queues", "/static/../../etc/passwd"):
+        status, body = asyncio.run(raw(path))
+        assert status == 404 and b"queues" not in body, (path, status)
