@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 import psycopg
 
 from ..errors import InvalidJob, PgqError
-from . import bench, demo, enqueue, jobs, migrate, purge, queue, roles, status, worker
+from . import bench, dashboard, demo, enqueue, jobs, migrate, purge, queue, roles, status, worker
 from .args import parse_duration
 from .common import (
     CONNECT_TIMEOUT_S,
@@ -64,7 +64,7 @@ __all__ = [
     "setup_logging",
 ]
 
-COMMANDS = (migrate, roles, worker, enqueue, status, queue, jobs, purge, demo, bench)
+COMMANDS = (migrate, roles, worker, enqueue, status, queue, jobs, purge, dashboard, demo, bench)
 """The command modules, in the order of `pgq --help`; each has `register(commands, dsn_parent)`."""
 
 
@@ -122,6 +122,7 @@ examples:
   pgq worker myapp.tasks:app --concurrency 8
   pgq roles > roles.sql              # least-privilege roles, for a DBA
   pgq status
+  pgq dashboard                      # web UI on http://127.0.0.1:8787/ (pgq-jobs[web])
   pgq demo"""
 
 

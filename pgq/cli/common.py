@@ -73,6 +73,15 @@ class Formatter(argparse.RawDescriptionHelpFormatter):
     def __init__(self, prog: str) -> None:
         super().__init__(prog, max_help_position=32, width=min(100, _terminal_width()))
 
+    def add_argument(self, action: argparse.Action) -> None:
+        """As argparse's, but a sub-command's name is measured with the indentation it is printed
+        with (argparse leaves it out), so that the longest name keeps its summary on its line."""
+        super().add_argument(action)
+        if action.help is not argparse.SUPPRESS:
+            for sub in self._iter_indented_subactions(action):
+                length = len(self._format_action_invocation(sub)) + self._current_indent
+                self._action_max_length = max(self._action_max_length, length)
+
 
 def _terminal_width() -> int:
     try:

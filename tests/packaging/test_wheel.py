@@ -83,6 +83,26 @@ def test_wheel_contains_sql_and_alembic_environment(wheel: Path) -> None:
     assert not any("__pycache__" in n for n in names)
 
 
+def test_wheel_contains_the_dashboards_templates_and_static_files(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+
+    web = REPO / "pgq" / "web"
+    shipped = [p for p in (*web.glob("templates/*.html"), *web.glob("static/*")) if p.is_file()]
+    assert len(shipped) >= 12
+    for path in shipped:
+        assert f"pgq/{path.relative_to(REPO / 'pgq').as_posix()}" in names
+    assert {"pgq/web/static/app.css", "pgq/web/static/app.js", "pgq/web/templates/base.html"} <= names
+
+
+def test_installed_cli_without_the_web_extra_says_what_to_install(venv: Path, pgq_dsn: str) -> None:
+    result = subprocess.run([venv / "bin" / "pgq", "dashboard", "--dsn", pgq_dsn], cwd=venv, capture_output=True,
+                            text=True, timeout=60)
+
+    assert result.returncode == 1
+    assert result.stderr.startswith("pgq: error: the pgq dashboard needs the web extra (")
+    assert result.stderr.rstrip().endswith("pip install 'pgq-jobs[web]'")
+
+
 def test_installed_wheel_migrates_from_its_own_files(venv: Path, pgq_empty_dsn: str) -> None:
     output = run(venv / "bin" / "python", "-I", "-c", REPORT, pgq_empty_dsn, cwd=venv)
 

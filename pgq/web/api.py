@@ -1,0 +1,111 @@
+"""The JSON API under /api/: the same reads as the pages, and the four actions.
+
+    GET  /api/queues                    per queue: backlog, workers, pause state, last hour
+    GET  /api/jobs?queue=&kind=&status=&q=&limit=&cursor=
+                                        newest first; `next_cursor` pages (keyset: see JobPage)
+    GET  /api/jobs/{id}                 one job
+    POST /api/jobs/{id}/cancel          -> {"job": ...}
+    POST /api/jobs/{id}/retry           -> {"job": ...}
+    POST /api/queues/{name}/pause       -> {"queue": name, "paused": true, "changed": bool}
+    POST /api/queues/{name}/resume      -> {"queue": name, "paused": false, "changed": bool}
+    GET  /api/workers, GET /api/limits  the workers and limits pages' data
+
+Errors answer ``{"error": message}`` with 400 (malformed id or filter), 401, 403 (read-only, no right,
+CSRF rule), 404, 409 (the job's state forbids it) or 503 (database unavailable). POSTs must carry
+`Content-Type: application/json` (pgq.web.security says why); their body is ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from . import actions, params, queries
+from .dashboard import Dashboard
+from .errors import HttpError
+from .security import check_api_request
+from .views import job_json, jsonable
+
+__all__ = ["Api", "json_error"]
+
+JOBS_PER_PAGE = 50
+
+
+def json_error(error: HttpError) -> JSONResponse:
+    """The API's answer to `error`: ``{"error": message}`` with its status."""
+    return JSONResponse({"error": error.message}, status_code=error.status)
+
+
+def _json(data: Any, status: int = 200) -> JSONResponse:
+    return JSONResponse(jsonable(data), status_code=status)
+
+
+class Api:
+    """The API handlers of one dashboard."""
+
+    def __init__(self, dash: Dashboard) -> None:
+        self.dash = dash
+
+    async def queues(self, request: Request) -> JSONResponse:
+        """`GET /api/queues`."""
+        data = await self.dash.read(queries.overview())
+        t = data.throughput
+        queues = [{
+            "name": q.name, "paused": q.paused, "paused_at": q.paused_at, "paused_by": q.paused_by,
+            "ready": q.ready, "scheduled": q.scheduled, "running": q.running, "expired_leases": q.expired_leases,
+            "retrying": q.retrying, "workers": q.workers, "oldest_ready_age_s": q.oldest_ready_age_s,
+            "next_run_at": q.next_run_at,
+            "last_hour": {"succeeded": q.succeeded, "failed": q.failed, "cancelled": q.cancelled,
+                          "finished_per_minute": q.per_minute, "failed_per_minute": q.failed_per_minute},
+        } for q in data.queues]
+        return _json({"now": data.now, "minutes": t.minutes, "counted_from": t.counted_from, "queues": queues,
+                      "busy_workers": data.workers})
+
+    async def jobs(self, request: Request) -> JSONResponse:
+        """`GET /api/jobs`: a page of jobs and the cursor of the next one."""
+        query = request.query_params
+        filters = params.job_filter(query)
+        page = await self.dash.read(queries.find_jobs(
+            filters, before=params.cursor(query), limit=params.limit(query, JOBS_PER_PAGE)))
+        cursor = None if page.next_cursor is None else str(page.next_cursor)
+        return _json({"jobs": page.jobs, "next_cursor": cursor})
+
+    async def job(self, request: Request) -> JSONResponse:
+        """`GET /api/jobs/{id}`."""
+        job_id = params.job_id(request.path_params["job_id"])
+        queue = await self.dash.queue()
+        job = await queue.get(job_id)
+        if job is None:
+            raise HttpError(404, f"job {job_id} not found")
+        return _json({"job": job_json(job)})
+
+    async def job_action(self, action: actions.JobAction, request: Request) -> JSONResponse:
+        """`POST /api/jobs/{id}/cancel|retry`."""
+        self._check(request)
+        job_id = params.job_id(request.path_params["job_id"])
+        job = await actions.job_action(self.dash, action, job_id)
+        return _json({"job": job_json(job)})
+
+    async def queue_action(self, action: actions.QueueAction, request: Request) -> JSONResponse:
+        """`POST /api/queues/{name}/pause|resume`."""
+        self._check(request)
+        name = params.queue_name(request.path_params["name"])
+        changed = await actions.queue_action(self.dash, action, name)
+        return _json({"queue": name, "paused": action == "pause", "changed": changed})
+
+    async def workers(self, request: Request) -> JSONResponse:
+        """`GET /api/workers`."""
+        data = await self.dash.read(queries.workers())
+        return _json({"now": data.now, "workers": data.workers, "running": data.running})
+
+    async def limits(self, request: Request) -> JSONResponse:
+        """`GET /api/limits`."""
+        data = await self.dash.read(queries.limits())
+        return _json({"now": data.now, "concurrency": data.concurrency, "rate": data.rate})
+
+    def _check(self, request: Request) -> None:
+        if self.dash.settings.read_only:
+            raise HttpError(403, actions.READ_ONLY)
+        check_api_request(request)

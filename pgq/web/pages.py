@@ -1,0 +1,186 @@
+"""The HTML pages: overview, jobs, one job, workers, schedules, limits, and the form actions behind
+their buttons. Each page is rendered on the server from its templates; a page with a live region
+(`data-live`) answers a request carrying the header `X-Pgq-Live` with that region's fragment only,
+which static/app.js fetches every few seconds and swaps in."""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import parse_qs, quote
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from ..models import JobStatus
+from . import actions, chart, params, queries
+from .dashboard import Dashboard
+from .errors import HttpError
+from .security import CSRF_FIELD
+
+__all__ = ["LIVE_HEADER", "Pages", "version"]
+
+LIVE_HEADER = "x-pgq-live"
+"""Request header of app.js's refreshes: answer with the page's live fragment only."""
+
+JOBS_PER_PAGE = 50
+FORM_MAX = 4096
+"""Largest action form accepted, in bytes (a CSRF token is 43)."""
+
+_NOTICES = {
+    "cancel": "Job cancelled: it will not run again.",
+    "retry": "Job queued again, with a fresh series of attempts.",
+    "pause": "Queue {queue} paused: no worker claims its jobs until it is resumed.",
+    "resume": "Queue {queue} resumed: its ready jobs start again.",
+}
+
+
+@functools.cache
+def version() -> str:
+    """pgq's version (cache-busts the static files' URLs); "dev" when not installed as a package."""
+    try:
+        return importlib.metadata.version("pgq-jobs")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover
+        return "dev"
+
+
+def base_path(request: Request) -> str:
+    """The path the dashboard is served under ("" at the root, "/pgq" when mounted there)."""
+    root: str = request.scope.get("root_path", "")
+    return root.rstrip("/")
+
+
+class Pages:
+    """The page handlers of one dashboard."""
+
+    def __init__(self, dash: Dashboard) -> None:
+        self.dash = dash
+
+    # -- rendering ---------------------------------------------------------------------------------
+
+    def render(self, request: Request, template: str, *, status: int = 200, live: str | None = None,
+               **context: Any) -> HTMLResponse:
+        """Render `template` (or, for a live refresh, its fragment `live`) with the common context:
+        the base path, the settings, the CSRF token (setting its cookie when new) and the notice."""
+        cookie, new = self.dash.csrf.cookie_for(request)
+        settings = self.dash.settings
+        context = {
+            "base": base_path(request), "settings": settings, "version": version(),
+            "csrf_token": self.dash.csrf.token(cookie), "notice": _notice(request),
+            "refresh_label": f"{settings.refresh_s:g} s", "section": None, "now": None, "live_page": live is not None,
+            **context,
+        }
+        name = live if live is not None and LIVE_HEADER in request.headers else template
+        html = self.dash.templates.get_template(name).render(context)
+        response = HTMLResponse(html, status_code=status, headers={"Vary": "X-Pgq-Live"})
+        if new:
+            self.dash.csrf.set_cookie(response, request, cookie)
+        return response
+
+    def error(self, request: Request, error: HttpError) -> HTMLResponse:
+        """The error page for `error`."""
+        try:
+            reason = HTTPStatus(error.status).phrase
+        except ValueError:
+            reason = "Error"
+        return self.render(request, "error.html", status=error.status, status_code=error.status, reason=reason,
+                           message=error.message, back=None)
+
+    # -- pages ---------------------------------------------------------------------------------------
+
+    async def overview(self, request: Request) -> Response:
+        """`/`: tiles, the hour's chart, the queues table (with pause / resume where allowed)."""
+        data = await self.dash.read(queries.overview())
+        t = data.throughput
+        sparklines = {q.name: chart.sparkline(q.per_minute, q.failed_per_minute, t.minutes) for q in data.queues}
+        can_pause = not self.dash.settings.read_only and data.rights.pause
+        return self.render(request, "overview.html", live="_overview.html", section="overview", overview=data,
+                           now=data.now, chart=chart.throughput_chart(t), sparklines=sparklines, can_pause=can_pause)
+
+    async def jobs(self, request: Request) -> Response:
+        """`/jobs`: the filter form and a page of matching jobs, newest first."""
+        query = request.query_params
+        filters = params.job_filter(query)
+        cursor = params.cursor(query)
+        limit = params.limit(query, JOBS_PER_PAGE)
+        page = await self.dash.read(queries.find_jobs(filters, before=cursor, limit=limit))
+        names = await self.dash.read(queries.queue_names())
+        app = self.dash.settings.app
+        filter_params = {"queue": filters.queue, "kind": filters.kind,
+                         "status": filters.status.value if filters.status else None, "q": filters.text}
+        if limit != JOBS_PER_PAGE:
+            filter_params["limit"] = str(limit)
+        return self.render(request, "jobs.html", section="jobs", page=page, now=page.now, filters=filters,
+                           cursor=cursor, limit=limit, filter_params=filter_params, queue_names=names,
+                           kind_names=sorted(app.tasks) if app is not None else [],
+                           statuses=[s.value for s in JobStatus])
+
+    async def job(self, request: Request) -> Response:
+        """`/jobs/{id}`: every field of the job, and cancel / retry where they apply."""
+        job_id = params.job_id(request.path_params["job_id"])
+        detail = await self.dash.read(queries.job_detail(job_id))
+        if detail.job is None:
+            raise HttpError(404, f"job {job_id} not found")
+        return self.render(request, "job.html", live="_job.html", section="jobs", job=detail.job, now=detail.now,
+                           rights=detail.rights)
+
+    async def workers(self, request: Request) -> Response:
+        """`/workers`: workers holding jobs, and the running jobs."""
+        data = await self.dash.read(queries.workers())
+        return self.render(request, "workers.html", live="_workers.html", section="workers", data=data, now=data.now,
+                           running_limit=queries.RUNNING_LIMIT)
+
+    async def schedules(self, request: Request) -> Response:
+        """`/schedules`: the App's periodic schedules, their next run and their last ticks' jobs."""
+        app = self.dash.settings.app
+        if app is None:
+            return self.render(request, "schedules.html", section="schedules", rows=None, now=None)
+        now, rows = await self.dash.read(queries.schedules(app.periodic_tasks))
+        return self.render(request, "schedules.html", section="schedules", rows=rows, now=now)
+
+    async def limits(self, request: Request) -> Response:
+        """`/limits`: concurrency and rate limits with their use now."""
+        data = await self.dash.read(queries.limits())
+        return self.render(request, "limits.html", section="limits", data=data, now=data.now)
+
+    # -- form actions ----------------------------------------------------------------------------------
+
+    async def job_action(self, action: actions.JobAction, request: Request) -> Response:
+        """`POST /jobs/{id}/cancel|retry` from the job page's form: then back to the job page."""
+        await self._check_form(request)
+        job_id = params.job_id(request.path_params["job_id"])
+        await actions.job_action(self.dash, action, job_id)
+        return RedirectResponse(f"{base_path(request)}/jobs/{job_id}?done={action}", status_code=303)
+
+    async def queue_action(self, action: actions.QueueAction, request: Request) -> Response:
+        """`POST /queues/{name}/pause|resume` from the overview's form: then back to the overview."""
+        await self._check_form(request)
+        name = params.queue_name(request.path_params["name"])
+        await actions.queue_action(self.dash, action, name)
+        return RedirectResponse(f"{base_path(request)}/?done={action}&queue={quote(name, safe='')}", status_code=303)
+
+    async def _check_form(self, request: Request) -> None:
+        if self.dash.settings.read_only:
+            raise HttpError(403, actions.READ_ONLY)
+        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media != "application/x-www-form-urlencoded":
+            raise HttpError(403, "an action form must be sent as a form, with its CSRF token")
+        # The dashboard's forms carry one short field: read at most FORM_MAX bytes of it, parsed here
+        # (no multipart, so no python-multipart).
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > FORM_MAX:
+                raise HttpError(413, "the form is too large")
+        fields = parse_qs(body.decode("latin-1"), max_num_fields=10)
+        self.dash.csrf.check_form(request, {CSRF_FIELD: (fields.get(CSRF_FIELD) or [""])[-1]})
+
+
+def _notice(request: Request) -> str | None:
+    done = request.query_params.get("done")
+    template = _NOTICES.get(done or "")
+    if template is None:
+        return None
+    return template.format(queue=request.query_params.get("queue", ""))

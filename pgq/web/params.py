@@ -1,0 +1,95 @@
+"""Reading what a request asks for: job ids, queue names, the job search's filters, its cursor and its
+limit. Each function returns a checked value or raises HttpError(400) saying what is accepted, so a
+malformed request never reaches the database (where it could only fail as a 500)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..models import JobStatus
+from .errors import HttpError
+from .queries import JobFilter
+
+__all__ = ["BIGINT_MAX", "MAX_LIMIT", "MAX_TEXT", "cursor", "job_filter", "job_id", "limit", "queue_name"]
+
+BIGINT_MAX = 2**63 - 1
+MAX_LIMIT = 500
+"""Most jobs one page of the search returns."""
+MAX_TEXT = 2000
+"""Longest queue name, kind or search text accepted (btree entries, which hold queue names and dedupe
+keys, cannot be much longer anyway)."""
+
+
+def _shown(text: str) -> str:
+    # Echo a bad value back, but not a megabyte of it.
+    return repr(text if len(text) <= 40 else text[:40] + "...")
+
+
+def _positive_int(what: str, text: str) -> int:
+    if not text.isascii() or not text.isdigit():
+        raise HttpError(400, f"{what} must be a positive integer, got {_shown(text)}")
+    value = int(text)
+    if not 1 <= value <= BIGINT_MAX:
+        raise HttpError(400, f"{what} must be a positive integer up to {BIGINT_MAX}, got {_shown(text)}")
+    return value
+
+
+def job_id(text: str) -> int:
+    """A job id from a URL: decimal digits, 1..BIGINT_MAX."""
+    return _positive_int("a job id", text)
+
+
+def _text(what: str, text: str) -> str:
+    if "\x00" in text:
+        raise HttpError(400, f"{what} must not contain NUL characters")
+    if len(text) > MAX_TEXT:
+        raise HttpError(400, f"{what} is longer than {MAX_TEXT} characters")
+    return text
+
+
+def queue_name(text: str) -> str:
+    """A queue name from a URL: any non-empty text without NUL, up to MAX_TEXT characters."""
+    if not text:
+        raise HttpError(400, "the queue name must not be empty")
+    return _text("the queue name", text)
+
+
+def _optional(params: Mapping[str, str], key: str, what: str) -> str | None:
+    value = params.get(key, "")
+    return _text(what, value) if value != "" else None
+
+
+def job_filter(params: Mapping[str, str]) -> JobFilter:
+    """The search's filters from query parameters `status`, `queue`, `kind` and `q` (text in the dedupe
+    key or the error); an absent or empty parameter filters nothing. The status must be one of
+    pgq's (any case)."""
+    status_text = _optional(params, "status", "status")
+    status = None
+    if status_text is not None:
+        try:
+            status = JobStatus(status_text.lower())
+        except ValueError:
+            valid = ", ".join(s.value for s in JobStatus)
+            raise HttpError(400, f"unknown status {_shown(status_text)} (expected one of: {valid})") from None
+    text = _optional(params, "q", "the search text")
+    return JobFilter(status=status, queue=_optional(params, "queue", "the queue"),
+                     kind=_optional(params, "kind", "the kind"),
+                     text=None if text is None or not text.strip() else text.strip())
+
+
+def limit(params: Mapping[str, str], default: int) -> int:
+    """Query parameter `limit`: 1..MAX_LIMIT, `default` when absent or empty."""
+    text = params.get("limit", "")
+    if text == "":
+        return default
+    value = _positive_int("limit", text) if text.isascii() and text.isdigit() else None
+    if value is None or value > MAX_LIMIT:
+        raise HttpError(400, f"limit must be an integer in 1..{MAX_LIMIT}, got {_shown(text)}")
+    return value
+
+
+def cursor(params: Mapping[str, str]) -> int | None:
+    """Query parameter `cursor`: the `next_cursor` of the previous page (a job id), or None when absent
+    or empty (the first page)."""
+    text = params.get("cursor", "")
+    return None if text == "" else _positive_int("cursor (the next_cursor of a previous page)", text)

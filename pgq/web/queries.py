@@ -1,0 +1,436 @@
+"""The dashboard's reads, as pgq's sans-I/O operations (`pgq._ops`): each yields the statements of
+`sql/dashboard_*.sql` (and of pgq's own files where one fits) and builds what a page or an API call
+shows from their rows. `Dashboard.read` drives them on a connection of its pool.
+
+Every read runs in one transaction whose first statement is `dashboard_guard` (a statement timeout,
+JIT off, and the database clock, which is where every age and chart minute comes from), and every
+statement reads a bounded slice of pgq.jobs through an index: see each SQL file for which. Nothing
+here counts the whole table.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import _ops
+from ..models import Job, JobStatus
+from ..tasks import Periodic
+
+__all__ = [
+    "FINISHED_CAP",
+    "MINUTES",
+    "SEARCH_BUDGET_S",
+    "SEARCH_WINDOW",
+    "JobFilter",
+    "JobPage",
+    "Limits",
+    "Overview",
+    "QueueSummary",
+    "Rights",
+    "ScheduleRow",
+    "Throughput",
+    "Workers",
+    "find_jobs",
+    "job_detail",
+    "limits",
+    "overview",
+    "queue_names",
+    "rights",
+    "schedules",
+    "workers",
+]
+
+STATEMENT_TIMEOUT = "10s"
+"""How long any one dashboard statement may run (dashboard_guard.sql says why there is a limit)."""
+
+MINUTES = 60
+"""The overview's chart: this many minutes, the current one last."""
+
+FINISHED_CAP = 50_000
+"""The overview reads at most this many of the last hour's finished jobs (dashboard_finished.sql)."""
+
+SEARCH_WINDOW = 25_000
+"""The job search reads jobs_pkey in ranges of this many ids per statement (dashboard_jobs.sql): 5 to
+15 ms each on a table of a million jobs, so that the time budget below is kept to within one."""
+
+SEARCH_BUDGET_S = 0.07
+"""A job search starts no window that would, taking as long as the last one did, end past this many
+seconds; it then returns what it found so far with the cursor to go on from. A search that matches
+few jobs never holds a request (or the database) for long."""
+
+RUNNING_LIMIT = 500
+"""The workers page lists at most this many running jobs."""
+
+TICKS_SHOWN = 5
+"""The schedules page shows the jobs of each schedule's last this many ticks."""
+
+
+def _guard() -> _ops.Steps[dt.datetime]:
+    rows = yield _ops.Stmt("dashboard_guard", {"statement_timeout": STATEMENT_TIMEOUT,
+                                               "idle_limit": _ops.TRANSACTION_IDLE_LIMIT})
+    # In UTC whatever the session's time zone (a caller's pool may not be in UTC): the chart's
+    # minutes are labelled from it.
+    now: dt.datetime = rows[0]["now"].astimezone(dt.UTC)
+    return now
+
+
+def _read(name: str, steps: Any) -> _ops.Operation[Any]:
+    # One transaction, guarded by its own first statement (dashboard_guard), retried as a whole after
+    # a lost connection: it only reads.
+    return _ops.Operation(name, steps, transaction=True, retry_safe=True, guards_itself=True)
+
+
+# -- rights -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Rights:
+    """What the dashboard's database role may do: cancel and retry jobs (`change_jobs`), pause and
+    resume queues (`pause`)."""
+
+    role: str
+    change_jobs: bool
+    pause: bool
+
+    def refusal(self, action: str) -> str | None:
+        """Why the role may not do `action` ("cancel", "retry", "pause" or "resume"); None if it may."""
+        if action in ("cancel", "retry") and not self.change_jobs:
+            return (f"the database role {self.role!r} may not cancel or retry jobs: that takes pgq's admin "
+                    "role (pgq_admin by default; see `pgq roles`)")
+        if action in ("pause", "resume") and not self.pause:
+            return (f"the database role {self.role!r} may not pause or resume queues: that takes pgq's admin "
+                    "role (pgq_admin by default; see `pgq roles`)")
+        return None
+
+
+def _rights() -> _ops.Steps[Rights]:
+    rows = yield _ops.Stmt("dashboard_rights", {})
+    row = rows[0]
+    return Rights(str(row["role"]), bool(row["can_change_jobs"]), bool(row["can_pause"]))
+
+
+def rights() -> _ops.Operation[Rights]:
+    """What the dashboard's database role may do (sql/dashboard_rights.sql)."""
+
+    def steps() -> _ops.Steps[Rights]:
+        yield from _guard()
+        return (yield from _rights())
+
+    return _read("dashboard_rights", steps)
+
+
+# -- overview -----------------------------------------------------------------------------------
+
+
+@dataclass
+class QueueSummary:
+    """One queue on the overview: its queued and running jobs now, its jobs finished in the chart's
+    window, whether it is paused. Ages in seconds; None where there is nothing to measure."""
+
+    name: str
+    ready: int = 0
+    scheduled: int = 0
+    running: int = 0
+    expired_leases: int = 0
+    retrying: int = 0
+    workers: int = 0
+    oldest_ready_age_s: float | None = None
+    next_run_at: dt.datetime | None = None
+    paused: bool = False
+    paused_at: dt.datetime | None = None
+    paused_by: str | None = None
+    succeeded: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    per_minute: list[int] = field(default_factory=lambda: [0] * MINUTES)
+    """Jobs of the queue finished per minute of the chart (any final status)."""
+    failed_per_minute: list[int] = field(default_factory=lambda: [0] * MINUTES)
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """Jobs finished per minute over the chart's window, all queues together: `minutes[i]` is the start
+    of minute i (database clock; the last one is the current, partial minute). `counted_from` is the
+    first minute whose counts are complete: `minutes[0]`, unless the hour held more than FINISHED_CAP
+    finished jobs, when only the newest of them were counted (`capped`)."""
+
+    minutes: list[dt.datetime]
+    succeeded: list[int]
+    failed: list[int]
+    cancelled: list[int]
+    counted_from: dt.datetime
+    capped: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """Everything the overview shows, read in one transaction at `now` (database clock)."""
+
+    now: dt.datetime
+    queues: list[QueueSummary]
+    throughput: Throughput
+    workers: int
+    rights: Rights
+
+
+def _minute_start(now: dt.datetime) -> dt.datetime:
+    return now.replace(second=0, microsecond=0) - dt.timedelta(minutes=MINUTES - 1)
+
+
+def _queue(by_name: dict[str, QueueSummary], name: str) -> QueueSummary:
+    summary = by_name.get(name)
+    if summary is None:
+        summary = by_name[name] = QueueSummary(name)
+    return summary
+
+
+def overview(finished_cap: int = FINISHED_CAP) -> _ops.Operation[Overview]:
+    """The overview: per queue its backlog, workers, pause state and last hour (sql/dashboard_queues.sql,
+    sql/dashboard_finished.sql), the hour's throughput chart, the number of busy workers, the rights."""
+
+    def steps() -> _ops.Steps[Overview]:
+        now = yield from _guard()
+        by_name: dict[str, QueueSummary] = {}
+        for row in (yield _ops.Stmt("dashboard_queues", {})):
+            summary = _queue(by_name, row["queue"])
+            for key in ("ready", "scheduled", "running", "expired_leases", "retrying", "workers"):
+                setattr(summary, key, int(row[key]))
+            summary.oldest_ready_age_s = row["oldest_ready_age_s"]
+            summary.next_run_at = row["next_run_at"]
+            summary.paused, summary.paused_at, summary.paused_by = row["paused"], row["paused_at"], row["paused_by"]
+        finished = yield _ops.Stmt("dashboard_finished", {"cap": finished_cap})
+        throughput = _throughput(now, finished, by_name, finished_cap)
+        workers = yield _ops.Stmt("dashboard_workers", {})
+        who = yield from _rights()
+        return Overview(now, [by_name[n] for n in sorted(by_name)], throughput, len(workers), who)
+
+    return _read("dashboard_overview", steps)
+
+
+def _throughput(now: dt.datetime, rows: Sequence[Any], by_name: dict[str, QueueSummary], cap: int) -> Throughput:
+    start = _minute_start(now)
+    minutes = [start + dt.timedelta(minutes=i) for i in range(MINUTES)]
+    totals = {s: [0] * MINUTES for s in ("succeeded", "failed", "cancelled")}
+    scanned = 0
+    first: int | None = None
+    for row in rows:
+        index = int((row["minute"] - start).total_seconds() // 60)
+        if not 0 <= index < MINUTES:
+            continue  # a job committed with a finished_at in the future: not on this chart
+        jobs, status = int(row["jobs"]), row["status"]
+        scanned += jobs
+        first = index if first is None else min(first, index)
+        totals[status][index] += jobs
+        summary = _queue(by_name, row["queue"])
+        setattr(summary, status, getattr(summary, status) + jobs)
+        summary.per_minute[index] += jobs
+        if status == "failed":
+            summary.failed_per_minute[index] += jobs
+    capped = scanned >= cap
+    # Capped: the oldest minute read was read in part; the counts are complete from the next one.
+    counted_from = minutes[min((first or 0) + 1, MINUTES - 1)] if capped else start
+    return Throughput(minutes, totals["succeeded"], totals["failed"], totals["cancelled"], counted_from, capped)
+
+
+# -- jobs ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """The job search's filters; None: any. `text` is looked for in the dedupe key and the last error,
+    ignoring case."""
+
+    status: JobStatus | None = None
+    queue: str | None = None
+    kind: str | None = None
+    text: str | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether any filter is set."""
+        return any(v is not None for v in (self.status, self.queue, self.kind, self.text))
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of a job search, newest first. `next_cursor`: pass it as `before` to get the next page
+    (older jobs); None when the search reached the oldest job. The page may hold fewer than the limit,
+    even none, and still have a next cursor: the search stopped at its time budget, having looked at
+    every job with an id from `next_cursor` up."""
+
+    jobs: list[dict[str, Any]]
+    next_cursor: int | None
+    now: dt.datetime
+
+
+def find_jobs(
+    filters: JobFilter,
+    *,
+    before: int | None,
+    limit: int,
+    window: int = SEARCH_WINDOW,
+    budget_s: float = SEARCH_BUDGET_S,
+) -> _ops.Operation[JobPage]:
+    """The jobs matching `filters` with an id below `before` (None: from the newest), newest first, at
+    most `limit` (sql/dashboard_jobs.sql, window by window; see JobPage for the cursor)."""
+
+    def steps() -> _ops.Steps[JobPage]:
+        now = yield from _guard()
+        started = time.monotonic()
+        bounds = (yield _ops.Stmt("dashboard_job_bounds", {}))[0]
+        if bounds["max_id"] is None:
+            return JobPage([], None, now)
+        low_end = int(bounds["min_id"])
+        high = int(bounds["max_id"]) + 1 if before is None else min(before, int(bounds["max_id"]) + 1)
+        found: list[dict[str, Any]] = []
+        params = {"status": None if filters.status is None else filters.status.value, "queue": filters.queue,
+                  "kind": filters.kind, "text": filters.text}
+        while high > low_end:
+            low = max(high - window, low_end)
+            window_started = time.monotonic()
+            rows = yield _ops.Stmt("dashboard_jobs", {**params, "high": high, "low": low, "limit": limit - len(found)})
+            found.extend(dict(r) for r in rows)
+            if len(found) >= limit:
+                return JobPage(found, int(found[-1]["id"]), now)
+            high = low
+            ended = time.monotonic()
+            if ended - started + (ended - window_started) > budget_s:
+                break
+        return JobPage(found, high if high > low_end else None, now)
+
+    return _read("dashboard_jobs", steps)
+
+
+@dataclass(frozen=True, slots=True)
+class JobDetail:
+    """A job as the job page shows it (None: no such job), the database clock, the rights."""
+
+    job: Job | None
+    now: dt.datetime
+    rights: Rights
+
+
+def job_detail(job_id: int) -> _ops.Operation[JobDetail]:
+    """One job (sql/job_get.sql, through pgq's own `get`), with the clock and the rights."""
+
+    def steps() -> _ops.Steps[JobDetail]:
+        now = yield from _guard()
+        who = yield from _rights()
+        job = yield from _ops.get(job_id).steps()
+        return JobDetail(job, now, who)
+
+    return _read("dashboard_job", steps)
+
+
+def queue_names() -> _ops.Operation[list[str]]:
+    """Names of the queues with queued jobs or paused (sql/dashboard_queue_names.sql)."""
+
+    def steps() -> _ops.Steps[list[str]]:
+        yield from _guard()
+        return [str(r["queue"]) for r in (yield _ops.Stmt("dashboard_queue_names", {}))]
+
+    return _read("dashboard_queue_names", steps)
+
+
+# -- workers, limits, schedules ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Workers:
+    """The workers holding jobs (rows of sql/dashboard_workers.sql) and the running jobs, longest
+    running first (sql/dashboard_running.sql, at most RUNNING_LIMIT)."""
+
+    now: dt.datetime
+    workers: list[dict[str, Any]]
+    running: list[dict[str, Any]]
+
+
+def workers() -> _ops.Operation[Workers]:
+    """The workers page's data."""
+
+    def steps() -> _ops.Steps[Workers]:
+        now = yield from _guard()
+        busy = yield _ops.Stmt("dashboard_workers", {})
+        running = yield _ops.Stmt("dashboard_running", {"limit": RUNNING_LIMIT})
+        return Workers(now, [dict(r) for r in busy], [dict(r) for r in running])
+
+    return _read("dashboard_workers", steps)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Concurrency limits with the running jobs of each kind, rate limits with the starts in each
+    window (sql/dashboard_concurrency_limits.sql, sql/dashboard_rate_limits.sql)."""
+
+    now: dt.datetime
+    concurrency: list[dict[str, Any]]
+    rate: list[dict[str, Any]]
+
+
+def limits() -> _ops.Operation[Limits]:
+    """The limits page's data."""
+
+    def steps() -> _ops.Steps[Limits]:
+        now = yield from _guard()
+        concurrency = yield _ops.Stmt("dashboard_concurrency_limits", {})
+        rate = yield _ops.Stmt("dashboard_rate_limits", {})
+        return Limits(now, [dict(r) for r in concurrency], [dict(r) for r in rate])
+
+    return _read("dashboard_limits", steps)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRow:
+    """One periodic schedule of the App: its next tick after `now`, and its last ticks (newest first),
+    each with the job that ran it (a dict with id, status, created_at, finished_at) or None when the
+    tick has no job (no worker ran the periodic step then, or retention deleted it)."""
+
+    periodic: Periodic
+    next_tick: dt.datetime | None
+    ticks: list[tuple[dt.datetime, dict[str, Any] | None]]
+
+
+_HORIZON = dt.timedelta(days=400)  # far enough for a yearly cron expression
+_MICROSECOND = dt.timedelta(microseconds=1)
+
+
+def _last_ticks(periodic: Periodic, now: dt.datetime, count: int) -> list[dt.datetime]:
+    ticks: list[dt.datetime] = []
+    until = now
+    while len(ticks) < count:
+        tick = periodic.schedule.latest(until - _HORIZON, until)
+        if tick is None:
+            break
+        ticks.append(tick)
+        until = tick - _MICROSECOND
+    return ticks
+
+
+def schedules(periodics: Iterable[Periodic]) -> _ops.Operation[tuple[dt.datetime, list[ScheduleRow]]]:
+    """The schedules page's data for the App's `periodics`: ticks computed from the database clock, the
+    job of each looked up by its dedupe key (sql/dashboard_ticks.sql)."""
+    wanted = list(periodics)
+
+    def steps() -> _ops.Steps[tuple[dt.datetime, list[ScheduleRow]]]:
+        now = yield from _guard()
+        ticks = [_last_ticks(p, now, TICKS_SHOWN) for p in wanted]
+        pairs = [(p.queue, p.dedupe_key(t)) for p, ts in zip(wanted, ticks, strict=True) for t in ts]
+        jobs: dict[int, dict[str, Any]] = {}
+        if pairs:
+            rows = yield _ops.Stmt("dashboard_ticks", {"queues": [q for q, _ in pairs], "keys": [k for _, k in pairs]})
+            jobs = {int(r["ord"]) - 1: dict(r) for r in rows}
+        result: list[ScheduleRow] = []
+        index = 0
+        for periodic, own in zip(wanted, ticks, strict=True):
+            shown: list[tuple[dt.datetime, dict[str, Any] | None]] = []
+            for tick in own:
+                shown.append((tick, jobs.get(index)))
+                index += 1
+            result.append(ScheduleRow(periodic, periodic.schedule.next_after(now, _HORIZON), shown))
+        return now, result
+
+    return _read("dashboard_schedules", steps)

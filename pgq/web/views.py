@@ -1,0 +1,124 @@
+"""How the dashboard shows values: the Jinja2 environment of its templates (autoescaping on, undefined
+names an error) and its filters, and the JSON form of jobs and rows for the API. Ages and relative
+times are computed against the database clock the page was read at, passed in as `now`."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+import json
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import jinja2
+
+from ..models import Job
+
+__all__ = ["NONE_SHOWN", "environment", "format_age", "format_duration", "format_relative", "format_time",
+           "format_window", "job_json", "jsonable", "pretty_json"]
+
+NONE_SHOWN = "\u2013"
+"""What a missing value is shown as: an en dash."""
+
+
+def format_age(seconds: float | None) -> str:
+    """A duration in seconds, compactly: ``45s``, ``3m 05s``, ``2h 07m``, ``3d 04h``; NONE_SHOWN for None."""
+    if seconds is None:
+        return NONE_SHOWN
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    if s < 86_400:
+        return f"{s // 3600}h {s % 3600 // 60:02d}m"
+    return f"{s // 86_400}d {s % 86_400 // 3600:02d}h"
+
+
+def format_relative(when: dt.datetime | None, now: dt.datetime) -> str:
+    """`when` relative to `now`: ``5s ago``, ``in 2m 10s``, ``now``; NONE_SHOWN for None."""
+    if when is None:
+        return NONE_SHOWN
+    delta = (when - now).total_seconds()
+    if abs(delta) < 1:
+        return "now"
+    return f"in {format_age(delta)}" if delta > 0 else f"{format_age(-delta)} ago"
+
+
+def format_time(when: dt.datetime | None) -> str:
+    """A timestamp in UTC to the second: ``2026-11-25 10:42:07 UTC``; NONE_SHOWN for None."""
+    if when is None:
+        return NONE_SHOWN
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def format_duration(value: dt.timedelta | None) -> str:
+    """How long something took: ``230 ms`` under a second, else as `format_age`; NONE_SHOWN for None."""
+    if value is None:
+        return NONE_SHOWN
+    seconds = value.total_seconds()
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else format_age(seconds)
+
+
+def format_window(seconds: float) -> str:
+    """A rate limit's window: ``second``, ``minute``, ``hour``, ``day``, else ``90 s``."""
+    named = {1.0: "second", 60.0: "minute", 3600.0: "hour", 86400.0: "day"}
+    return named.get(float(seconds)) or f"{seconds:g} s"
+
+
+def pretty_json(value: Any) -> str:
+    """A JSON value indented for reading (not escaped: the template escapes it)."""
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+
+
+def _first_line(text: str | None) -> str:
+    return "" if not text else text.strip().splitlines()[0] if text.strip() else ""
+
+
+def _quote(text: str) -> str:
+    return quote(text, safe="")
+
+
+def _query(params: Mapping[str, Any]) -> str:
+    return urlencode({k: v for k, v in params.items() if v not in (None, "")})
+
+
+def environment() -> jinja2.Environment:
+    """The templates' environment: pgq/web/templates, HTML autoescaped, undefined names raising."""
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("pgq.web", "templates"),
+        autoescape=jinja2.select_autoescape(["html"], default_for_string=True),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(age=format_age, relative=format_relative, time=format_time, pretty=pretty_json,
+                       first_line=_first_line, quote_segment=_quote, query=_query, duration=format_duration,
+                       window=format_window)
+    return env
+
+
+def jsonable(value: Any) -> Any:
+    """`value` with datetimes as ISO 8601 text, enums as their value, and dataclasses, mappings and
+    sequences converted through; JSON values as they are."""
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return value
+
+
+def job_json(job: Job) -> dict[str, Any]:
+    """A job for the API: every column but the lease token (which fences the running attempt and has
+    no business leaving the database), timestamps in ISO 8601."""
+    data = {f.name: jsonable(getattr(job, f.name)) for f in dataclasses.fields(job) if f.name != "lease_token"}
+    data["lease_held"] = job.lease_token is not None
+    return data

@@ -1,0 +1,232 @@
+"""The dashboard in a real browser: Debian's Chromium driven by Playwright (never `playwright install`:
+it runs /usr/bin/chromium), against the dashboard served by uvicorn on a free port over the test's
+database. Opens the overview and watches it update live, filters jobs and opens one, cancels and
+retries a job, pauses and resumes a queue, and checks the database each time. Every test saves a
+screenshot under $PGQ_TEST_ARTIFACTS (default: <tmp>/pgq-browser-artifacts); no page may log an error
+(a Content-Security-Policy violation would).
+
+Skipped, saying why, when Chromium or the playwright package is missing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pgq import Queue
+from tests.conftest import SQL
+
+CHROMIUM = os.environ.get("PGQ_CHROMIUM", "/usr/bin/chromium")
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists() and shutil.which(CHROMIUM) is None,
+                       reason=f"no Chromium at {CHROMIUM} (apt-get install chromium; or set PGQ_CHROMIUM)"),
+]
+sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright package (pip install playwright)")
+uvicorn = pytest.importorskip("uvicorn")
+
+from pgq.web import create_app  # noqa: E402
+
+USER, PASSWORD = "ops", "browser-test"
+TIMEOUT_MS = 10_000
+
+
+def artifacts() -> Path:
+    """Where the screenshots go."""
+    path = Path(os.environ.get("PGQ_TEST_ARTIFACTS") or Path(tempfile.gettempdir()) / "pgq-browser-artifacts")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def server(pgq_dsn: str) -> Iterator[str]:
+    """The dashboard on 127.0.0.1:<free port> (uvicorn in a thread, Basic auth, refreshing every
+    second); yields its base URL."""
+    port = free_port()
+    app = create_app(pgq_dsn, auth=(USER, PASSWORD), refresh_s=1.0)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    served = uvicorn.Server(config)
+    thread = threading.Thread(target=served.run, name="dashboard", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not served.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the dashboard did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        served.should_exit = True
+        thread.join(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One Chromium for the module's tests."""
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=shutil.which(CHROMIUM) or CHROMIUM)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def page(browser: Any, server: str, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A page logged in to the dashboard; saves a screenshot when the test ends and fails the test if
+    the page logged an error."""
+    context = browser.new_context(base_url=server, http_credentials={"username": USER, "password": PASSWORD},
+                                  viewport={"width": 1360, "height": 900})
+    context.set_default_timeout(TIMEOUT_MS)
+    tab = context.new_page()
+    errors: list[str] = []
+    tab.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    tab.on("pageerror", lambda error: errors.append(str(error)))
+    tab.on("dialog", lambda dialog: dialog.accept())  # the confirm() of cancel and pause
+    try:
+        yield tab
+    finally:
+        shot = artifacts() / f"{request.node.name}.png"
+        tab.screenshot(path=str(shot), full_page=True)
+        print(f"screenshot: {shot}")
+        context.close()
+    assert errors == [], errors
+
+
+def expect(locator: Any) -> Any:
+    return sync_api.expect(locator)
+
+
+def test_overview_shows_the_queues_and_updates_live(page: Any, pgq_queue: Queue, db: SQL) -> None:
+    pgq_queue.enqueue_many([{"kind": "send_email", "queue": "mail"} for _ in range(3)])
+    pgq_queue.enqueue("resize", queue="images")
+    (claim,) = pgq_queue.claim(worker="host-a", queues=["images"])
+    pgq_queue.fail(claim, "OSError: disk full", final=True)
+
+    page.goto("/")
+    expect(page.locator("h1")).to_have_text("Overview")
+    ready = page.locator('tr[data-queue="mail"] td[data-col="ready"]')
+    expect(ready).to_have_text("3")
+    expect(page.locator('tr[data-queue="images"]')).to_contain_text("1")  # failed in the last hour
+    page.evaluate("window.__not_reloaded = true")
+
+    pgq_queue.enqueue_many([{"kind": "send_email", "queue": "mail"} for _ in range(2)])
+    pgq_queue.enqueue("report", queue="reports")
+
+    expect(ready).to_have_text("5")  # refreshed in place, no reload
+    expect(page.locator('tr[data-queue="reports"]')).to_be_visible()
+    expect(page.locator('[data-testid="total-ready"]')).to_have_text("6")
+    assert page.evaluate("window.__not_reloaded") is True
+    expect(page.locator("#live-status")).to_have_text("Live")
+
+
+def test_filter_jobs_and_open_one(page: Any, pgq_queue: Queue) -> None:
+    pgq_queue.enqueue_many([{"kind": "send_email", "queue": "mail", "payload": {"n": i}} for i in range(4)])
+    failing = pgq_queue.enqueue("charge_card", {"order": 42}, queue="billing", dedupe_key="order-42")
+    pgq_queue.enqueue("charge_card", {"order": 43}, queue="billing")
+    (claim,) = pgq_queue.claim(worker="host-b", queues=["billing"])
+    assert claim.id == failing
+    pgq_queue.fail(claim, "PaymentDeclined: card expired\nTraceback (most recent call last): ...", final=True)
+
+    page.goto("/jobs")
+    expect(page.locator("#jobs tbody tr")).to_have_count(6)
+    page.fill('input[name="queue"]', "billing")
+    page.select_option('select[name="status"]', "failed")
+    page.click('button[type="submit"]:has-text("Filter")')
+    rows = page.locator("#jobs tbody tr")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("PaymentDeclined: card expired")
+    assert "queue=billing" in page.url and "status=failed" in page.url
+
+    page.fill('input[name="q"]', "ORDER-42")
+    page.click('button[type="submit"]:has-text("Filter")')
+    expect(rows).to_have_count(1)
+    rows.first.locator("a").first.click()
+
+    expect(page.locator("h1")).to_contain_text(f"Job {failing}")
+    expect(page.locator('[data-field="last-error"]')).to_contain_text("PaymentDeclined: card expired")
+    expect(page.locator('[data-field="payload"]')).to_contain_text('"order": 42')
+    expect(page.locator(".job-state")).to_contain_text("1 of 25 attempts used")
+    expect(page.locator("#retry-job")).to_be_visible()
+
+
+def test_cancel_a_job_and_retry_it(page: Any, pgq_queue: Queue, db: SQL) -> None:
+    job_id = pgq_queue.enqueue("send_email", {"to": "a@example.com"}, queue="mail")
+
+    page.goto(f"/jobs/{job_id}")
+    expect(page.locator('[data-field="status"]')).to_have_text("queued")
+    page.click("#cancel-job")
+
+    expect(page.locator(".notice")).to_contain_text("Job cancelled")
+    expect(page.locator('[data-field="status"]')).to_have_text("cancelled")
+    assert db("SELECT status::text FROM pgq.jobs WHERE id = %s", [job_id]) == [{"status": "cancelled"}]
+    expect(page.locator("#cancel-job")).to_have_count(0)
+
+    page.click("#retry-job")
+    expect(page.locator('[data-field="status"]')).to_have_text("queued")
+    assert db("SELECT status::text, attempts FROM pgq.jobs WHERE id = %s", [job_id]) == [
+        {"status": "queued", "attempts": 0}]
+
+
+def test_a_job_page_follows_the_job_live(page: Any, pgq_queue: Queue) -> None:
+    job_id = pgq_queue.enqueue("build_report", {"month": "2026-11"}, queue="reports")
+    page.goto(f"/jobs/{job_id}")
+    status = page.locator('[data-field="status"]')
+    expect(status).to_have_text("queued")
+
+    (claim,) = pgq_queue.claim(worker="host-c", queues=["reports"])
+    expect(status).to_have_text("running")
+    expect(page.locator("dd.mono").filter(has_text="host-c")).to_be_visible()
+
+    pgq_queue.complete(claim, {"rows": 1234})
+    expect(status).to_have_text("succeeded")
+    expect(page.locator('[data-field="result"]')).to_contain_text('"rows": 1234')
+
+
+def test_pause_and_resume_a_queue(page: Any, pgq_queue: Queue, db: SQL) -> None:
+    pgq_queue.enqueue("send_email", queue="mail")
+    pgq_queue.enqueue("resize", queue="images")
+
+    page.goto("/")
+    row = page.locator('tr[data-queue="mail"]')
+    row.locator('button:has-text("Pause")').click()
+
+    expect(page.locator(".notice")).to_contain_text("Queue mail paused")
+    expect(row.locator(".badge-paused")).to_be_visible()
+    assert db("SELECT queue FROM pgq.paused_queues") == [{"queue": "mail"}]
+    expect(page.locator('tr[data-queue="images"] .badge-paused')).to_have_count(0)
+
+    row.locator('button:has-text("Resume")').click()
+    expect(page.locator(".notice")).to_contain_text("Queue mail resumed")
+    expect(row.locator(".badge-paused")).to_have_count(0)
+    assert db("SELECT queue FROM pgq.paused_queues") == []
+
+
+def test_workers_schedules_and_limits_pages(page: Any, pgq_queue: Queue) -> None:
+    pgq_queue.enqueue_many([{"kind": "charge_card", "queue": "billing"} for _ in range(3)])
+    pgq_queue.claim(worker="host-d-123", limit=2)
+    pgq_queue.set_concurrency_limit("charge_card", 4)
+    pgq_queue.set_rate_limit("charge_card", "100/min")
+
+    page.goto("/workers")
+    expect(page.locator("#workers tbody tr")).to_have_count(1)
+    expect(page.locator("#workers")).to_contain_text("host-d-123")
+    expect(page.locator("#running tbody tr")).to_have_count(2)
+    page.click("nav >> text=Limits")
+    expect(page.locator("#concurrency-limits")).to_contain_text("charge_card")
+    expect(page.locator("#rate-limits")).to_contain_text("100 per minute")
+    page.click("nav >> text=Schedules")
+    expect(page.locator(".empty-state")).to_contain_text("--app")

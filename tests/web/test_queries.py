@@ -1,0 +1,158 @@
+"""The dashboard's reads (pgq.web.queries) on a real database: the hour's chart in minutes of the
+database clock, its cap, the job search's windows and time budget, and the schedules' ticks."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from typing import Any, TypeVar
+
+import pgq
+from pgq import Queue
+from pgq._ops import Operation
+from pgq.models import JobStatus
+from pgq.web import queries
+from pgq.web.dashboard import Dashboard, Settings
+from tests.conftest import SQL
+
+T = TypeVar("T")
+
+
+def read(dsn: str, op: Operation[T]) -> T:
+    """Run one dashboard read on `dsn` in a fresh event loop."""
+
+    async def main() -> T:
+        dash = Dashboard(dsn, Settings())
+        try:
+            return await dash.read(op)
+        finally:
+            await dash.close()
+
+    return asyncio.run(main())
+
+
+def finish(db: SQL, job_id: int, status: str, minutes_ago: float) -> None:
+    """Make job `job_id` finished `minutes_ago` minutes before the database's now."""
+    db("UPDATE pgq.jobs SET status = %s::pgq.job_status, finished_at = now() - make_interval(secs => %s) "
+       "WHERE id = %s", [status, minutes_ago * 60, job_id])
+
+
+def test_the_chart_counts_jobs_in_the_minutes_of_the_database_clock(pgq_dsn: str, pgq_queue: Queue,
+                                                                    db: SQL) -> None:
+    ids = pgq_queue.enqueue_many([{"kind": "k", "queue": "a" if i < 4 else "b"} for i in range(6)])
+    db_now = db("SELECT now() AS now")[0]["now"]
+    for job_id, (status, ago) in zip(ids, [("succeeded", 0), ("succeeded", 0), ("failed", 3), ("cancelled", 3),
+                                           ("succeeded", 30), ("succeeded", 61)], strict=True):
+        finish(db, job_id, status, ago)
+
+    data = read(pgq_dsn, queries.overview())
+
+    t = data.throughput
+    assert abs((data.now - db_now).total_seconds()) < 30
+    assert t.minutes[-1] == data.now.replace(second=0, microsecond=0)
+    assert t.minutes[0] == t.minutes[-1] - dt.timedelta(minutes=59) == t.counted_from and not t.capped
+
+    def at(minutes_ago: int) -> tuple[int, int, int]:
+        i = 59 - minutes_ago
+        return t.succeeded[i], t.failed[i], t.cancelled[i]
+
+    # A minute boundary may pass between the updates and the read: allow the job one minute later.
+    assert at(0)[0] + at(1)[0] >= 2
+    assert sum(t.succeeded) == 3 and sum(t.failed) == 1 and sum(t.cancelled) == 1  # 61 minutes ago: not counted
+    assert at(3)[1] + at(4)[1] == 1
+    queues = {q.name: q for q in data.queues}
+    assert (queues["a"].succeeded, queues["a"].failed, queues["a"].cancelled) == (2, 1, 1)
+    assert queues["b"].succeeded == 1 and sum(queues["b"].per_minute) == 1
+    assert sum(queues["a"].failed_per_minute) == 1
+
+
+def test_a_busy_hour_is_counted_from_its_newest_jobs_up_to_the_cap(pgq_dsn: str, pgq_queue: Queue, db: SQL) -> None:
+    ids = pgq_queue.enqueue_many([{"kind": "k"} for _ in range(8)])
+    for n, job_id in enumerate(ids):
+        finish(db, job_id, "succeeded", 10 + 2 * n)  # 10, 12, ..., 24 minutes ago
+
+    t = read(pgq_dsn, queries.overview(finished_cap=5)).throughput
+
+    assert t.capped and sum(t.succeeded) == 5
+    oldest_read = max(i for i, n in enumerate(t.succeeded[::-1]) if n)  # minutes ago of the oldest counted
+    assert t.counted_from == t.minutes[59 - oldest_read + 1]
+
+
+def test_job_search_windows_and_budget_list_every_match_once(pgq_dsn: str, pgq_queue: Queue) -> None:
+    ids = pgq_queue.enqueue_many([{"kind": "x" if i % 5 == 0 else "y"} for i in range(40)])
+    wanted = [i for n, i in enumerate(ids) if n % 5 == 0][::-1]
+    found: list[int] = []
+    cursor: int | None = None
+    empty_pages = 0
+    for _ in range(100):
+        page = read(pgq_dsn, queries.find_jobs(queries.JobFilter(kind="x"), before=cursor, limit=3, window=4,
+                                               budget_s=0.0))
+        found += [j["id"] for j in page.jobs]
+        empty_pages += not page.jobs
+        if page.next_cursor is None:
+            break
+        assert page.next_cursor < (cursor or 10**12)
+        cursor = page.next_cursor
+    assert found == wanted
+    assert empty_pages > 0  # a zero budget stops after one window, matching or not
+
+
+def test_job_search_on_an_empty_table_and_below_the_oldest_job(pgq_dsn: str, pgq_queue: Queue) -> None:
+    assert read(pgq_dsn, queries.find_jobs(queries.JobFilter(), before=None, limit=10)).jobs == []
+    job_id = pgq_queue.enqueue("k")
+    page = read(pgq_dsn, queries.find_jobs(queries.JobFilter(status=JobStatus.QUEUED), before=None, limit=10))
+    assert [j["id"] for j in page.jobs] == [job_id] and page.next_cursor is None
+    assert read(pgq_dsn, queries.find_jobs(queries.JobFilter(), before=job_id, limit=10)).jobs == []
+
+
+def test_schedules_show_the_next_tick_and_the_jobs_of_the_last_ones(pgq_dsn: str, db: SQL) -> None:
+    app = pgq.App(pgq_dsn)
+
+    @app.periodic(every=60, name="tidy", queue="maint")
+    def tidy() -> None:
+        pass
+
+    (periodic,) = app.periodic_tasks
+    now = db("SELECT now() AS now")[0]["now"]
+    latest = periodic.schedule.latest(now - dt.timedelta(hours=1), now)
+    assert latest is not None
+    previous = latest - dt.timedelta(seconds=60)
+    db("SELECT pgq.enqueue('tidy', '{}', 'maint', 0, NULL, %s)", [periodic.dedupe_key(latest)])
+    old = db("SELECT pgq.enqueue('tidy', '{}', 'maint', 0, NULL, %s) AS id", [periodic.dedupe_key(previous)])[0]["id"]
+    db("UPDATE pgq.jobs SET status = 'failed', finished_at = now() WHERE id = %s", [old])
+
+    read_now, rows = read(pgq_dsn, queries.schedules(app.periodic_tasks))
+
+    (row,) = rows
+    assert row.next_tick is not None and read_now < row.next_tick <= read_now + dt.timedelta(seconds=60)
+    ticks: list[tuple[dt.datetime, dict[str, Any] | None]] = row.ticks
+    assert len(ticks) == queries.TICKS_SHOWN and ticks[0][0] >= latest
+    statuses = {tick: (job or {}).get("status") for tick, job in ticks}
+    assert statuses[latest] == "queued" and statuses[previous] == "failed"
+    assert statuses[previous - dt.timedelta(seconds=60)] is None
+
+
+def test_rights_of_the_owner(pgq_dsn: str) -> None:
+    rights = read(pgq_dsn, queries.rights())
+    assert rights.change_jobs and rights.pause and rights.refusal("cancel") is None
+    refused = queries.Rights("someone", change_jobs=False, pause=False)
+    assert "someone" in (refused.refusal("retry") or "") and "pause" in (refused.refusal("resume") or "")
+
+
+def test_times_are_utc_whatever_the_session_time_zone(pgq_dsn: str, pgq_queue: Queue, db: SQL) -> None:
+    # A caller's AsyncQueue may bring a pool whose sessions are in another zone.
+    import psycopg
+
+    from pgq import _ops
+
+    finish(db, pgq_queue.enqueue("k"), "succeeded", 0)
+
+    async def main() -> queries.Overview:
+        conn = await psycopg.AsyncConnection.connect(pgq_dsn, autocommit=True, options="-c TimeZone=Asia/Kolkata")
+        async with conn:
+            return await _ops.run_async(conn, queries.overview(), own_transaction=True)
+
+    data = asyncio.run(main())
+    assert data.now.utcoffset() == dt.timedelta(0)
+    assert all(m.utcoffset() == dt.timedelta(0) for m in data.throughput.minutes)
+    assert sum(data.throughput.succeeded) == 1
