@@ -55,7 +55,7 @@ from pgq.testing import dsn_with_dbname
 from .. import history
 from .conftest import EFFECTS_DDL, WorkerProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
 TOTAL = 20_000
 WORKERS = 4

@@ -32,7 +32,7 @@ from .. import history
 from .conftest import WorkerProcess
 from .faults import CLAIM, COMPLETE, HEARTBEAT, LEASE_S, Faults, report
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
 WORKERS = 3
 KEYS = 40  # dedupe keys of the keyed jobs

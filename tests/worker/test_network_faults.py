@@ -38,7 +38,7 @@ import pgq
 from .conftest import wait_for
 from .faults import CLAIM, COMPLETE, HEARTBEAT, HEARTBEAT_S, IO_TIMEOUT_S, LEASE_S, POLL_S, Faults, report
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
 def test_cuts_at_claims_acknowledgements_and_heartbeats_lose_nothing(
     faults: Faults, capsys: pytest.CaptureFixture[str]
