@@ -71,19 +71,19 @@ def pct(values: list[float], q: float) -> float:
     return 1000 * ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def claim_params(limit: int) -> dict[str, Any]:
-    """Parameters of job_claim_fast for `limit` jobs of the bench queue."""
-    return {"queue": QUEUE, "kinds": None, "limit": limit, "lease_s": 300.0, "worker": "churn-bench"}
+def claim_params(limit: int, queue: str = QUEUE) -> dict[str, Any]:
+    """Parameters of job_claim_fast for `limit` jobs of `queue` (default: the bench queue)."""
+    return {"queue": queue, "kinds": None, "limit": limit, "lease_s": 300.0, "worker": "churn-bench"}
 
 
-def probe(conn: psycopg.Connection[Any]) -> list[float]:
-    """Claim one job PROBE_CLAIMS times, each in a transaction rolled back: latencies in seconds."""
+def probe(conn: psycopg.Connection[Any], queue: str = QUEUE, claims: int = PROBE_CLAIMS) -> list[float]:
+    """Claim one job of `queue` `claims` times, each in a transaction rolled back: latencies in seconds."""
     query = _sql.query("job_claim_fast")
     latencies = []
-    for _ in range(PROBE_CLAIMS):
+    for _ in range(claims):
         with conn.transaction(force_rollback=True), conn.cursor() as cur:
             started = time.perf_counter()
-            cur.execute(query, claim_params(1))
+            cur.execute(query, claim_params(1, queue))
             cur.fetchall()
             latencies.append(time.perf_counter() - started)
     return latencies

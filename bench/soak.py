@@ -34,11 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from churn import StandInAutovacuum, pct, scratch_database
+from churn import StandInAutovacuum, pct, probe, scratch_database
 from psycopg.rows import dict_row
 
 import pgq
-from pgq import _sql
 
 QUEUE = "soak"
 PROBES = 50
@@ -73,20 +72,6 @@ def rss_mb(pid: int) -> float:
     except OSError:
         pass
     return float("nan")
-
-
-def probe(conn: psycopg.Connection[Any]) -> list[float]:
-    """Claim one job PROBES times, each in a transaction rolled back: latencies in seconds."""
-    query = _sql.query("job_claim_fast")
-    params = {"queue": QUEUE, "kinds": None, "limit": 1, "lease_s": 60.0, "worker": "soak-probe"}
-    out = []
-    for _ in range(PROBES):
-        with conn.transaction(force_rollback=True), conn.cursor() as cur:
-            started = time.perf_counter()
-            cur.execute(query, params)
-            cur.fetchall()
-            out.append(time.perf_counter() - started)
-    return out
 
 
 def sample(conn: psycopg.Connection[Any]) -> dict[str, Any]:
@@ -149,7 +134,7 @@ def run(dsn: str, args: argparse.Namespace) -> None:
                 now, enq, cur = time.monotonic(), enqueued[0], sample(conn)
                 span = now - last_at
                 done = (enq - last_enq) - (cur["backlog"] - last["backlog"])
-                latencies = probe(conn)
+                latencies = probe(conn, QUEUE, PROBES)
                 rss = "/".join(f"{rss_mb(w.pid):.0f}" for w in workers)
                 line = (f"{(now - started) / 60:5.1f} {(enq - last_enq) / span:7.0f} {done / span:7.0f} "
                         f"{cur['backlog']:7d} {cur['oldest_s']:6.1f}s {rss:>15} {cur['connections']:5d} "

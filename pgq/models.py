@@ -7,7 +7,7 @@ import enum
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any, NoReturn
 
@@ -338,3 +338,22 @@ def _check_text(name: str, value: object, *, required: bool) -> None:
         raise InvalidJob(f"{name} must not be empty")
     if "\x00" in value:
         raise InvalidJob(f"{name} contains a NUL character, which Postgres cannot store")
+
+
+def jsonable(value: Any) -> Any:
+    """`value` ready for json.dumps: datetimes as ISO 8601 text, durations as seconds, enums as their
+    value, dataclasses (a Job, a Claim) as mappings of their fields, mappings and sequences converted
+    through; anything else as it is."""
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in fields(value)}
+    return value

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from ..models import JobStatus
+from ..models import jsonable
 from .args import UNIT_SECONDS
 
 __all__ = ["cell", "format_age", "format_duration", "format_relative", "jsonable", "print_rows", "render_table",
@@ -29,18 +29,19 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: C
     return "\n".join([line(headers), *(line(r) for r in rows)])
 
 
-def format_age(seconds: float | None) -> str:
-    """Format a duration in seconds compactly: ``45s``, ``3m05s``, ``2h07m``, ``3d04h``; ``-`` for None."""
+def format_age(seconds: float | None, *, sep: str = "", none: str = "-") -> str:
+    """Format a duration in seconds compactly: ``45s``, ``3m05s``, ``2h07m``, ``3d04h`` (`sep` between the
+    two units, e.g. " " for ``3m 05s``); `none` for None."""
     if seconds is None:
-        return "-"
+        return none
     s = max(0, int(seconds))
     if s < 60:
         return f"{s}s"
     if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
+        return f"{s // 60}m{sep}{s % 60:02d}s"
     if s < 86_400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86_400}d{s % 86_400 // 3600:02d}h"
+        return f"{s // 3600}h{sep}{s % 3600 // 60:02d}m"
+    return f"{s // 86_400}d{sep}{s % 86_400 // 3600:02d}h"
 
 
 def format_duration(value: dt.timedelta) -> str:
@@ -58,12 +59,12 @@ def format_duration(value: dt.timedelta) -> str:
     return "".join(parts)
 
 
-def format_relative(when: dt.datetime, now: dt.datetime) -> str:
-    """Format `when` relative to `now`: ``now``, ``in 4m05s`` or ``4m05s ago``."""
+def format_relative(when: dt.datetime, now: dt.datetime, *, sep: str = "") -> str:
+    """Format `when` relative to `now`: ``now``, ``in 4m05s`` or ``4m05s ago`` (`sep` as in format_age)."""
     delta = (when - now).total_seconds()
     if abs(delta) < 1:
         return "now"
-    return f"in {format_age(delta)}" if delta > 0 else f"{format_age(-delta)} ago"
+    return f"in {format_age(delta, sep=sep)}" if delta > 0 else f"{format_age(-delta, sep=sep)} ago"
 
 
 def seconds_of(value: dt.timedelta | float | None) -> float | None:
@@ -79,21 +80,6 @@ def cell(text: str, limit: int | None = None) -> str:
     if limit is not None and len(safe) > limit:
         return safe[: limit - 1] + "…"
     return safe
-
-
-def jsonable(value: Any) -> Any:
-    """Convert rows and jobs for json.dumps: durations to seconds, timestamps to ISO 8601, enums to values."""
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    if isinstance(value, dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, dt.datetime):
-        return value.isoformat()
-    if isinstance(value, JobStatus):
-        return value.value
-    return value
 
 
 def print_rows(rows: Sequence[Mapping[str, Any]], as_json: bool, table: Callable[[Sequence[Mapping[str, Any]]], str]

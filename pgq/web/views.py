@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import enum
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -14,7 +13,8 @@ from urllib.parse import quote, urlencode
 
 import jinja2
 
-from ..models import Job
+from ..cli import render
+from ..models import Job, jsonable
 
 __all__ = ["NONE_SHOWN", "environment", "format_age", "format_duration", "format_relative", "format_time",
            "format_window", "job_json", "jsonable", "pretty_json"]
@@ -25,26 +25,12 @@ NONE_SHOWN = "\u2013"
 
 def format_age(seconds: float | None) -> str:
     """A duration in seconds, compactly: ``45s``, ``3m 05s``, ``2h 07m``, ``3d 04h``; NONE_SHOWN for None."""
-    if seconds is None:
-        return NONE_SHOWN
-    s = max(0, int(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m {s % 60:02d}s"
-    if s < 86_400:
-        return f"{s // 3600}h {s % 3600 // 60:02d}m"
-    return f"{s // 86_400}d {s % 86_400 // 3600:02d}h"
+    return render.format_age(seconds, sep=" ", none=NONE_SHOWN)
 
 
 def format_relative(when: dt.datetime | None, now: dt.datetime) -> str:
     """`when` relative to `now`: ``5s ago``, ``in 2m 10s``, ``now``; NONE_SHOWN for None."""
-    if when is None:
-        return NONE_SHOWN
-    delta = (when - now).total_seconds()
-    if abs(delta) < 1:
-        return "now"
-    return f"in {format_age(delta)}" if delta > 0 else f"{format_age(-delta)} ago"
+    return NONE_SHOWN if when is None else render.format_relative(when, now, sep=" ")
 
 
 def format_time(when: dt.datetime | None) -> str:
@@ -98,22 +84,6 @@ def environment() -> jinja2.Environment:
                        first_line=_first_line, quote_segment=_quote, query=_query, duration=format_duration,
                        window=format_window)
     return env
-
-
-def jsonable(value: Any) -> Any:
-    """`value` with datetimes as ISO 8601 text, enums as their value, and dataclasses, mappings and
-    sequences converted through; JSON values as they are."""
-    if isinstance(value, dt.datetime):
-        return value.isoformat()
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    return value
 
 
 def job_json(job: Job) -> dict[str, Any]:

@@ -82,14 +82,18 @@ class Database:
 
     def rows(self, query: str, params: Any = None) -> list[dict[str, Any]]:
         """Run `query`; raises psycopg.OperationalError while the server is unreachable."""
-        if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(self.dsn, autocommit=True, row_factory=dict_row, connect_timeout=5)
         try:
-            cur = self._conn.execute(query, params)
+            cur = self.connection().execute(query, params)
         except psycopg.OperationalError:
             self.close()
             raise
         return cur.fetchall() if cur.description else []
+
+    def connection(self) -> psycopg.Connection[dict[str, Any]]:
+        """The open connection (opened now if needed)."""
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(self.dsn, autocommit=True, row_factory=dict_row, connect_timeout=5)
+        return self._conn
 
     def status_counts(self) -> dict[str, int] | None:
         """{status: jobs}, or None while the server is unreachable."""
@@ -215,8 +219,7 @@ def test_chaos_kills_and_a_server_crash_lose_nothing_and_finish_nothing_twice(
                              "min((payload->>'n')::int) AS lo, max((payload->>'n')::int) AS hi FROM pgq.jobs")[0]
         assert jobs == {"c": TOTAL, "ns": TOTAL, "lo": 0, "hi": TOTAL - 1}  # no job lost, none added
         assert {r["id"] for r in database.rows("SELECT id FROM pgq.jobs")} == set(ids)
-        assert database._conn is not None
-        checked = history.check(database._conn)
+        checked = history.check(database.connection())
         broken = checked.violations
         summary = checked.counts
         wrong = database.rows("SELECT count(*) AS n FROM pgq.jobs WHERE status <> 'succeeded'")[0]["n"]
