@@ -25,6 +25,8 @@ MAX_PAYLOAD_BYTES = 1_000_000
 class JobStatus(enum.StrEnum):
     """Status of a job; the values equal those of the SQL enum `pgq.job_status`."""
 
+    WAITING = "waiting"
+    """Enqueued with `depends_on`: waits until its parents have finished (revision 0007)."""
     QUEUED = "queued"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -43,7 +45,7 @@ class JobStatus(enum.StrEnum):
 
 STATUS_BY_VALUE: dict[str, JobStatus] = {s.value: s for s in JobStatus}
 """JobStatus by its SQL value: a dict lookup, cheaper than calling the enum on hot paths."""
-ACTIVE = (JobStatus.QUEUED, JobStatus.RUNNING)
+ACTIVE = (JobStatus.WAITING, JobStatus.QUEUED, JobStatus.RUNNING)
 FINISHED = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
 
 

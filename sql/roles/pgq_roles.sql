@@ -83,9 +83,12 @@ GRANT USAGE ON SCHEMA pgq TO {producer};
 -- small bookkeeping tables.
 GRANT SELECT ON ALL TABLES IN SCHEMA pgq TO {producer};
 GRANT EXECUTE ON FUNCTION
-    pgq.enqueue(text, jsonb, text, integer, timestamptz, text, bigint, integer),
+    pgq.enqueue(text, jsonb, text, integer, timestamptz, text, bigint, integer, bigint[], text),
     pgq.enqueue_many(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], text[], bigint[],
                      integer[]),
+    -- Jobs with dependencies (Queue.enqueue(depends_on=...)).
+    pgq.enqueue_after(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], integer[], boolean[],
+                      integer[], bigint[]),
     -- Waiting for a job's outcome (Queue.wait) marks it awaited, so that finishing it notifies.
     pgq.mark_awaited(bigint)
     TO {producer};

@@ -93,10 +93,11 @@ def schema_snapshot(dsn: str) -> dict[str, list[tuple[Any, ...]]]:
         return {name: conn.execute(query).fetchall() for name, query in SNAPSHOT_QUERIES.items()}
 
 
-def query(dsn: str, statement: str) -> list[tuple[Any, ...]]:
-    """Rows of one statement, over a connection of its own."""
+def query(dsn: str, statement: str, *params: Any) -> list[tuple[Any, ...]]:
+    """Rows of one statement (none for a command), over a connection of its own."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute(statement).fetchall()
+        cur = conn.execute(statement, params or None)
+        return cur.fetchall() if cur.description else []
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
@@ -248,7 +249,7 @@ def test_every_table_column_view_function_and_type_has_a_comment(pgq_dsn: str) -
     uncommented += [("function", row[0]) for row in snapshot["functions"] if not row[3]]
     uncommented += [("type", row[0]) for row in snapshot["types"] if row[1] == "e" and not row[2]]
     assert tables == {"jobs", "key_watermarks", "concurrency_limits", "paused_queues", "rate_limits",
-                      "rate_limit_starts"}
+                      "rate_limit_starts", "job_dependencies"}
     assert uncommented == []
     assert snapshot["schema"][0][1]
 
@@ -462,6 +463,42 @@ def test_0006_adds_rate_limits_and_its_downgrade_removes_them(pgq_dsn: str) -> N
     assert query(pgq_dsn, added) == []
     migrate.upgrade(pgq_dsn)
     assert query(pgq_dsn, added) == everything
+
+
+def test_0007_adds_dependencies_and_its_downgrade_refuses_while_jobs_wait(pgq_dsn: str) -> None:
+    added = ("SELECT relname FROM pg_class WHERE relnamespace = 'pgq'::regnamespace "
+             "AND relname IN ('job_dependencies', 'waiting_jobs') ORDER BY 1")
+    enqueue_signature = ("SELECT pg_get_function_identity_arguments(p.oid) FROM pg_proc p "
+                         "WHERE p.pronamespace = 'pgq'::regnamespace AND p.proname = 'enqueue'")
+    assert query(pgq_dsn, added) == [("job_dependencies",), ("waiting_jobs",)]
+    parent = query(pgq_dsn, "SELECT pgq.enqueue('parent')")[0][0]
+    child = query(pgq_dsn, "SELECT pgq.enqueue('child', depends_on => ARRAY[%s]::bigint[])", parent)[0][0]
+    assert query(pgq_dsn, "SELECT status::text FROM pgq.jobs WHERE id = %s", child) == [("waiting",)]
+    query(pgq_dsn, "CREATE ROLE pgq_test_grantee NOLOGIN")
+    try:
+        query(pgq_dsn, "GRANT EXECUTE ON FUNCTION pgq.enqueue(text, jsonb, text, integer, timestamptz, text, "
+                       "bigint, integer, bigint[], text) TO pgq_test_grantee")
+
+        with pytest.raises(psycopg.errors.RaiseException, match="1 jobs wait for parents"):
+            migrate.downgrade(pgq_dsn, "0006")
+        assert query(pgq_dsn, added) == [("job_dependencies",), ("waiting_jobs",)]  # nothing changed
+
+        query(pgq_dsn, "SELECT pgq.cancel(%s)", child)
+        migrate.downgrade(pgq_dsn, "0006")
+        assert query(pgq_dsn, added) == []
+        assert query(pgq_dsn, enqueue_signature) == [
+            ("kind text, payload jsonb, queue text, priority integer, run_at timestamp with time zone, "
+             "dedupe_key text, watermark bigint, max_attempts integer",)]
+        assert query(pgq_dsn, "SELECT has_function_privilege('pgq_test_grantee', 'pgq.enqueue(text, jsonb, "
+                              "text, integer, timestamptz, text, bigint, integer)', 'EXECUTE')") == [(True,)]
+        migrate.upgrade(pgq_dsn)  # again: the enum value 'waiting' stayed, and is not added twice
+        assert query(pgq_dsn, added) == [("job_dependencies",), ("waiting_jobs",)]
+        assert query(pgq_dsn, "SELECT has_function_privilege('pgq_test_grantee', 'pgq.enqueue(text, jsonb, "
+                              "text, integer, timestamptz, text, bigint, integer, bigint[], text)', 'EXECUTE')"
+                     ) == [(True,)]
+    finally:
+        query(pgq_dsn, "DROP OWNED BY pgq_test_grantee")
+        query(pgq_dsn, "DROP ROLE pgq_test_grantee")
 
 
 def test_servers_older_than_postgresql_14_are_refused_naming_their_version() -> None:
