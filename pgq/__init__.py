@@ -10,7 +10,7 @@ from .context import cancel_requested, current_job, set_progress
 from .errors import InvalidJob, InvalidState, LeaseLost, NotFound, NotMigrated, PgqError
 from .models import Claim, Job, JobSpec, JobStatus
 from .retries import Backoff, PermanentFailure, PollingTimeout, RetryPolicy, Snooze, poll_later, polling_schedule
-from .tasks import Task
+from .tasks import Task, after_success
 
 if TYPE_CHECKING:
     from .worker import Worker, WorkerConfig
@@ -48,6 +48,7 @@ __all__ = [
     "Task",
     "Worker",
     "WorkerConfig",
+    "after_success",
     "cancel_requested",
     "current_job",
     "poll_later",

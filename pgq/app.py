@@ -36,7 +36,7 @@ from .cron import Cron, Every, Schedule
 from .errors import InvalidJob, PgqError
 from .models import delay_seconds
 from .retries import DEFAULT_RETRY, RetryPolicy
-from .tasks import Handler, Periodic, Task
+from .tasks import FollowUp, Handler, Periodic, Task
 
 __all__ = ["App", "load_app"]
 
@@ -140,6 +140,8 @@ class App:
         concurrency_limit: int | None = None,
         rate_limit: str | tuple[int, float] | None = None,
         priority: int = 0,
+        on_success: FollowUp | None = None,
+        on_failure: FollowUp | None = None,
     ) -> Callable[[Handler], Task]: ...
 
     def task(
@@ -155,6 +157,8 @@ class App:
         concurrency_limit: int | None = None,
         rate_limit: str | tuple[int, float] | None = None,
         priority: int = 0,
+        on_success: FollowUp | None = None,
+        on_failure: FollowUp | None = None,
     ) -> Task | Callable[[Handler], Task]:
         """Register a handler (`def` or `async def`) as a task: `@app.task` or `@app.task(...)`.
 
@@ -164,14 +168,19 @@ class App:
         (sync) and fails with a "timeout" error; `concurrency_limit`: at most this many jobs of the
         kind run at once across all workers; `rate_limit`: at most so many of its jobs start per
         window across all workers ("100/s", "5/min", "1000/h" or (max_starts, seconds)). A worker
-        stores both limits in the database when it starts. Raises PgqError for a name already
-        registered and InvalidJob for bad values.
+        stores both limits in the database when it starts. `on_success`: a task (or job kind)
+        enqueued in the transaction that completes a job of this task, with payload
+        ``{"job_id": id, "result": result}``; `on_failure`: likewise when a job fails for good (its
+        last attempt failed, or it failed permanently), with ``{"job_id": id, "error": summary}``
+        (see `pgq.after_success` for follow-ups decided at run time). Raises PgqError for a name
+        already registered and InvalidJob for bad values (a follow-up task that does not take
+        those arguments included).
         """
 
         def register(handler: Handler) -> Task:
             return self._register(handler, name=name, queue=queue, max_attempts=max_attempts, retry=retry,
                                   timeout=timeout, concurrency_limit=concurrency_limit, priority=priority,
-                                  rate_limit=rate_limit)
+                                  rate_limit=rate_limit, on_success=on_success, on_failure=on_failure)
 
         return register if func is None else register(func)
 
@@ -187,6 +196,8 @@ class App:
         concurrency_limit: int | None,
         priority: int,
         rate_limit: str | tuple[int, float] | None = None,
+        on_success: FollowUp | None = None,
+        on_failure: FollowUp | None = None,
     ) -> Task:
         if not callable(func):
             raise PgqError(f"a task handler must be callable, got {type(func).__name__}")
@@ -207,7 +218,8 @@ class App:
         task = Task(self, func, name=kind, queue=queue, priority=priority, max_attempts=max_attempts,
                     retry=DEFAULT_RETRY if retry is None else retry, timeout=timeout_s,
                     concurrency_limit=concurrency_limit,
-                    rate_limit=None if rate_limit is None else parse_rate(rate_limit))
+                    rate_limit=None if rate_limit is None else parse_rate(rate_limit),
+                    on_success=on_success, on_failure=on_failure)
         self._tasks[kind] = task
         return task
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import contextvars
 import datetime as dt
 import time
+from collections.abc import Mapping
 
 from .errors import PgqError
-from .models import JSON, Claim, Job, encode_json
+from .models import JSON, Claim, Job, JobSpec, encode_json
 
 __all__ = ["JobContext", "cancel_requested", "current_job", "set_progress"]
 
@@ -26,16 +27,21 @@ class JobContext:
     `progress` holds the latest progress the handler reported as (version, JSON text), None until it
     reports any, and `progress_sent` the version the database has; the worker's heartbeat sends the
     newer one. A handler reads them through `cancel_requested()` and writes through `set_progress()`.
+    `follow_ups` holds the jobs `pgq.after_success` recorded (None: none), which the worker inserts in
+    the transaction that completes the attempt; `tasks` are the worker's tasks by name, through
+    which a follow-up named by its kind takes that task's defaults.
     """
 
-    __slots__ = ("cancelled", "claim", "claimed_at", "progress", "progress_sent")
+    __slots__ = ("cancelled", "claim", "claimed_at", "follow_ups", "progress", "progress_sent", "tasks")
 
-    def __init__(self, claim: Claim, claimed_at: float) -> None:
+    def __init__(self, claim: Claim, claimed_at: float, tasks: Mapping[str, object] | None = None) -> None:
         self.claim = claim
         self.claimed_at = claimed_at
         self.cancelled = False
         self.progress: tuple[int, str] | None = None
         self.progress_sent = 0
+        self.follow_ups: list[JobSpec] | None = None
+        self.tasks: Mapping[str, object] = {} if tasks is None else tasks
 
     def db_now(self) -> dt.datetime:
         """The database clock now, estimated without a round trip: the claim's `started_at` (set by

@@ -182,7 +182,13 @@ class JobSpec:
 
     Raises InvalidJob for an empty kind or queue, a payload that is not JSON-serializable or too
     large, text with NUL characters, a priority outside smallint, a negative delay, both `run_at`
-    and `delay`, or max_attempts < 1.
+    and `delay`, max_attempts < 1, `depends_on` that is not a list of job ids or comes with a
+    dedupe_key or watermark, or `on_parent_failure` other than "cancel" or "run".
+
+    `depends_on`: ids of jobs this one waits for (status waiting) until every one has finished; it
+    runs if they all succeeded, and is cancelled as soon as one fails or is cancelled, unless
+    `on_parent_failure` is "run" (then it runs once they all finished, whatever the outcome: a batch
+    callback). Kept as a tuple without duplicates; an empty list is no dependency.
     """
 
     kind: str
@@ -194,6 +200,8 @@ class JobSpec:
     dedupe_key: str | None = None
     watermark: int | None = None
     max_attempts: int | None = None
+    depends_on: tuple[int, ...] | None = None
+    on_parent_failure: str = "cancel"
     payload_json: str = field(init=False, repr=False, compare=False)
 
     def __init__(
@@ -207,6 +215,8 @@ class JobSpec:
         dedupe_key: str | None = None,
         watermark: int | None = None,
         max_attempts: int | None = None,
+        depends_on: Iterable[int] | None = None,
+        on_parent_failure: str = "cancel",
     ) -> None:
         # The __init__ dataclass would write for these fields, filling the slots directly: a frozen
         # dataclass's own sets each one through object.__setattr__, which took a third of the time
@@ -220,6 +230,8 @@ class JobSpec:
         _SET_SPEC_DEDUPE_KEY(self, dedupe_key)
         _SET_SPEC_WATERMARK(self, watermark)
         _SET_SPEC_MAX_ATTEMPTS(self, max_attempts)
+        _SET_SPEC_DEPENDS_ON(self, None if depends_on is None else _job_ids(depends_on))
+        _SET_SPEC_ON_PARENT_FAILURE(self, on_parent_failure)
         self.__post_init__()
 
     def __post_init__(self) -> None:
@@ -236,7 +248,8 @@ class JobSpec:
             if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
                 raise InvalidJob(f"priority {priority} out of range [{PRIORITY_MIN}, {PRIORITY_MAX}]")
         if (self.run_at is not None or self.delay is not None or self.dedupe_key is not None
-                or self.watermark is not None or self.max_attempts is not None):
+                or self.watermark is not None or self.max_attempts is not None
+                or self.depends_on is not None or self.on_parent_failure != "cancel"):
             self._check_options()
         _SET_SPEC_PAYLOAD_JSON(self, encode_json("payload", self.payload, {}))
 
@@ -260,6 +273,10 @@ class JobSpec:
             or self.max_attempts < 1
         ):
             raise InvalidJob(f"max_attempts must be an int >= 1, got {self.max_attempts!r}")
+        if self.on_parent_failure not in ("cancel", "run"):
+            raise InvalidJob(f"on_parent_failure must be 'cancel' or 'run', got {self.on_parent_failure!r}")
+        if self.depends_on and (self.dedupe_key is not None or self.watermark is not None):
+            raise InvalidJob("depends_on cannot be combined with dedupe_key or watermark")
 
     @property
     def delay_s(self) -> float | None:
@@ -267,10 +284,25 @@ class JobSpec:
         return None if self.delay is None else delay_seconds(self.delay)
 
 
-# In field order (kind ... max_attempts, then payload_json).
+# In field order (kind ... on_parent_failure, then payload_json).
 (_SET_SPEC_KIND, _SET_SPEC_PAYLOAD, _SET_SPEC_QUEUE, _SET_SPEC_PRIORITY, _SET_SPEC_RUN_AT, _SET_SPEC_DELAY,
- _SET_SPEC_DEDUPE_KEY, _SET_SPEC_WATERMARK, _SET_SPEC_MAX_ATTEMPTS,
- _SET_SPEC_PAYLOAD_JSON) = _slot_setters(JobSpec).values()
+ _SET_SPEC_DEDUPE_KEY, _SET_SPEC_WATERMARK, _SET_SPEC_MAX_ATTEMPTS, _SET_SPEC_DEPENDS_ON,
+ _SET_SPEC_ON_PARENT_FAILURE, _SET_SPEC_PAYLOAD_JSON) = _slot_setters(JobSpec).values()
+
+
+def _job_ids(values: Iterable[int]) -> tuple[int, ...] | None:
+    """`depends_on` as a tuple of distinct job ids in first-seen order (None when empty); raises
+    InvalidJob for a str, a non-iterable, or an element that is not an int >= 1."""
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        raise InvalidJob(f"depends_on must be a list of job ids, got {type(values).__name__}")
+    try:
+        ids = tuple(dict.fromkeys(values))
+    except TypeError:
+        raise InvalidJob("depends_on must hold job ids (int >= 1)") from None
+    for job_id in ids:
+        if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id < 1:
+            raise InvalidJob(f"depends_on must hold job ids (int >= 1), got {job_id!r}")
+    return ids or None
 
 
 def delay_seconds(value: dt.timedelta | float | int) -> float:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 import psycopg
 
 from .client import AsyncQueue, Queue
+from .context import _context
 from .cron import Schedule
 from .errors import InvalidJob, PgqError
 from .models import JSON, JobSpec
@@ -19,7 +20,7 @@ from .retries import RetryPolicy
 
 Handler = Callable[..., Any]
 
-__all__ = ["Deferral", "Enqueuer", "Handler", "Periodic", "Task"]
+__all__ = ["Deferral", "Enqueuer", "FollowUp", "Handler", "Periodic", "Task", "after_success", "follow_up_spec"]
 
 
 class Enqueuer(Protocol):
@@ -44,6 +45,8 @@ class _Options:
     dedupe_key: str | None = None
     watermark: int | None = None
     max_attempts: int | None = None
+    depends_on: Iterable[int] | None = None
+    on_parent_failure: str = "cancel"
 
 
 class Task:
@@ -52,7 +55,9 @@ class Task:
     Attributes: `name` (the job kind), `func`, `queue`, `priority`, `max_attempts` (None: the
     database default, 25), `retry` (a RetryPolicy), `timeout` (seconds or None), `concurrency_limit`
     (None: unlimited; a worker sets it in the database when it starts), `rate_limit` ((max_starts,
-    seconds) or None; set likewise), `is_async`. Calling the task
+    seconds) or None; set likewise), `on_success` and `on_failure` (a task or job kind enqueued
+    atomically with the job's success, or with its failure after the last attempt; None: none),
+    `is_async`. Calling the task
     calls the handler directly, without a queue.
     """
 
@@ -69,6 +74,8 @@ class Task:
         timeout: float | None,
         concurrency_limit: int | None,
         rate_limit: tuple[int, float] | None = None,
+        on_success: FollowUp | None = None,
+        on_failure: FollowUp | None = None,
     ) -> None:
         self.app = app
         self.func = func
@@ -80,6 +87,8 @@ class Task:
         self.timeout = timeout
         self.concurrency_limit = concurrency_limit
         self.rate_limit = rate_limit
+        self.on_success = _check_follow_up(name, "on_success", on_success, {"job_id": 1, "result": None})
+        self.on_failure = _check_follow_up(name, "on_failure", on_failure, {"job_id": 1, "error": ""})
         self.is_async = inspect.iscoroutinefunction(inspect.unwrap(func)) or inspect.iscoroutinefunction(func)
         self.signature = inspect.signature(func)
         self._fitting: set[frozenset[str]] = set()
@@ -131,6 +140,8 @@ class Task:
         dedupe_key: str | None = None,
         watermark: int | None = None,
         max_attempts: int | None = None,
+        depends_on: Iterable[int] | None = None,
+        on_parent_failure: str = "cancel",
         conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None = None,
     ) -> Deferral:
         """Job options for the next `defer`: `task.configure(delay=10).defer(x=1)`.
@@ -138,9 +149,11 @@ class Task:
         Options left out take the task's defaults. `conn`: enqueue inside the caller's transaction
         (a psycopg Connection for `defer`, an AsyncConnection for `defer_async`); the job exists if
         and only if that transaction commits, and pgq never commits it. Dedupe and watermark rules:
-        see `Queue.enqueue_many`. Nothing is validated or sent until `defer`.
+        see `Queue.enqueue_many`; dependencies (`depends_on`, `on_parent_failure`): see
+        `Queue.enqueue`. Nothing is validated or sent until `defer`.
         """
-        options = _Options(queue, priority, delay, run_at, dedupe_key, watermark, max_attempts)
+        options = _Options(queue, priority, delay, run_at, dedupe_key, watermark, max_attempts, depends_on,
+                           on_parent_failure)
         return Deferral(self, options, conn)
 
     def spec(self, **kwargs: Any) -> JobSpec:
@@ -186,6 +199,8 @@ class Deferral:
             dedupe_key=o.dedupe_key,
             watermark=o.watermark,
             max_attempts=task.max_attempts if o.max_attempts is None else o.max_attempts,
+            depends_on=o.depends_on,
+            on_parent_failure=o.on_parent_failure,
         )
 
     def defer(self, **kwargs: Any) -> int:
@@ -237,3 +252,76 @@ class Periodic:
         task = self.task
         return JobSpec(task.name, dict(self.kwargs), queue=self.queue, priority=task.priority,
                        dedupe_key=self.dedupe_key(tick), max_attempts=task.max_attempts)
+
+
+FollowUp: TypeAlias = str | Task
+"""What `after_success`, `on_success` and `on_failure` accept: a Task, or a job kind (str). A kind
+that names a task of the worker's app takes that task's defaults (queue, priority, max_attempts)."""
+
+_FOLLOW_UP_OPTIONS = frozenset(
+    ("queue", "priority", "run_at", "delay", "dedupe_key", "watermark", "max_attempts", "depends_on",
+     "on_parent_failure"))
+
+
+def after_success(kind_or_task: str | Task, payload: JSON = None, **enqueue_options: Any) -> None:
+    """Record a job to enqueue when the calling handler's attempt succeeds: the worker inserts it in
+    the transaction that completes the attempt, so it exists if and only if that completion
+    committed. If the handler raises, snoozes or is cancelled, or its lease was lost, nothing is
+    enqueued; a completion that turns into a dirty re-run (a newer watermark arrived) enqueues
+    nothing either, as the next run records its own.
+
+    `kind_or_task`: a Task (its defaults apply, and `payload` must fit its handler) or a job kind;
+    `payload`: the job's payload (for a Task, a dict of keyword arguments); `enqueue_options`: as
+    `Queue.enqueue` (queue, priority, run_at, delay, dedupe_key, watermark, max_attempts,
+    depends_on, on_parent_failure). May be called several times. Raises InvalidJob at once for bad
+    input (nothing recorded), PgqError outside a handler run by a pgq worker.
+    """
+    context = _context()
+    spec = follow_up_spec(kind_or_task, payload, enqueue_options, context.tasks)
+    if context.follow_ups is None:
+        context.follow_ups = []
+    context.follow_ups.append(spec)
+
+
+def follow_up_spec(target: str | Task, payload: JSON, options: Mapping[str, Any],
+                   tasks: Mapping[str, object]) -> JobSpec:
+    """The JobSpec of a follow-up job: `target` a Task, or a job kind (taking the defaults of the
+    task of that name in `tasks`, if any); `options` as `Queue.enqueue`'s. Raises InvalidJob for an
+    unknown option, a target that is neither, or a payload that does not fit."""
+    unknown = sorted(set(options) - _FOLLOW_UP_OPTIONS)
+    if unknown:
+        raise InvalidJob(f"unknown enqueue option(s) for a follow-up job: {', '.join(unknown)}")
+    if isinstance(target, str):
+        named = tasks.get(target)
+        if isinstance(named, Task):
+            target = named
+        else:
+            return JobSpec(target, payload, **options)
+    if not isinstance(target, Task):
+        raise InvalidJob(f"a follow-up job needs a Task or a job kind (str), got {type(target).__name__}")
+    if payload is None:
+        payload = {}
+    if not isinstance(payload, dict):
+        raise InvalidJob(f"task {target.name!r}: the payload must be a dict of keyword arguments, "
+                         f"got {type(payload).__name__}")
+    return target.configure(**options).spec(**payload)
+
+
+def _check_follow_up(name: str, what: str, target: object, example: dict[str, Any]) -> str | Task | None:
+    """`target` of a task's `on_success` / `on_failure`, checked at registration: None, a job kind, or
+    a Task whose handler takes the follow-up's payload (`example`'s keys)."""
+    if target is None:
+        return None
+    if isinstance(target, str):
+        if not target or "\x00" in target:
+            raise InvalidJob(f"task {name!r}: {what} must be a non-empty job kind")
+        return target
+    if not isinstance(target, Task):
+        raise InvalidJob(f"task {name!r}: {what} must be a Task or a job kind (str), got {type(target).__name__}")
+    try:
+        target.signature.bind(**example)
+    except TypeError as exc:
+        keys = ", ".join(example)
+        raise InvalidJob(f"task {name!r}: {what} task {target.name!r} must take the keyword arguments "
+                         f"{keys}: {exc}") from None
+    return target

@@ -4,7 +4,7 @@ fail, heartbeat, snooze), the lease check, and the rescue of expired leases."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import InvalidJob
@@ -29,31 +29,84 @@ from .core import (
 
 
 def enqueue(specs: Sequence[JobSpec]) -> Operation[list[int]]:
-    """Enqueue `specs` in one statement; returns one id per spec, in order. Jobs without dedupe keys
+    """Enqueue `specs`; returns one id per spec, in order. Jobs without dedupe keys or dependencies
     are plain INSERTs (job_insert_one, job_insert); any dedupe key sends the batch through
-    pgq.enqueue_many (job_enqueue_one, job_enqueue), where the dedupe and watermark rules live.
+    pgq.enqueue_many (job_enqueue_one, job_enqueue), where the dedupe and watermark rules live; jobs
+    with `depends_on` go through pgq.enqueue_after (job_enqueue_after). One statement, or two in one
+    transaction for a batch that mixes dependencies and dedupe keys.
 
     Deduplicated specs (all with a dedupe_key) are retry-safe: re-running returns the same ids.
     """
+    if any(s.depends_on is not None for s in specs):
+        return _enqueue_with_dependencies(specs)
 
     def steps() -> Steps[list[int]]:
-        if not specs:
-            return []
-        if len(specs) == 1:
-            s = specs[0]
-            rows = yield Stmt("job_insert_one" if s.dedupe_key is None else "job_enqueue_one", {
-                "kind": s.kind, "payload": s.payload_json, "queue": s.queue, "priority": s.priority,
-                "run_at": s.run_at, "delay": s.delay_s, "dedupe_key": s.dedupe_key, "watermark": s.watermark,
-                "max_attempts": s.max_attempts,
-            }, fetch="tuples")
-        elif all(s.dedupe_key is None for s in specs):
-            rows = yield Stmt("job_insert", _insert_params(specs), fetch="tuples")
-            return sorted(row[0] for row in rows)  # ids follow input order (sql/job_insert.sql)
-        else:
-            rows = yield Stmt("job_enqueue", _enqueue_params(specs), fetch="tuples")
-        return [row[0] for row in rows]  # the id comes first in each row
+        return (yield from _enqueue_steps(specs))
 
     return Operation("job_enqueue", steps, retry_safe=all(s.dedupe_key is not None for s in specs))
+
+
+def _enqueue_steps(specs: Sequence[JobSpec]) -> Steps[list[int]]:
+    """The statement of `enqueue` for specs without dependencies."""
+    if not specs:
+        return []
+    if len(specs) == 1:
+        s = specs[0]
+        rows = yield Stmt("job_insert_one" if s.dedupe_key is None else "job_enqueue_one", {
+            "kind": s.kind, "payload": s.payload_json, "queue": s.queue, "priority": s.priority,
+            "run_at": s.run_at, "delay": s.delay_s, "dedupe_key": s.dedupe_key, "watermark": s.watermark,
+            "max_attempts": s.max_attempts,
+        }, fetch="tuples")
+    elif all(s.dedupe_key is None for s in specs):
+        rows = yield Stmt("job_insert", _insert_params(specs), fetch="tuples")
+        return sorted(row[0] for row in rows)  # ids follow input order (sql/job_insert.sql)
+    else:
+        rows = yield Stmt("job_enqueue", _enqueue_params(specs), fetch="tuples")
+    return [row[0] for row in rows]  # the id comes first in each row
+
+
+def _enqueue_with_dependencies(specs: Sequence[JobSpec]) -> Operation[list[int]]:
+    """`enqueue` of a batch in which some jobs have `depends_on`: those (and the others without a
+    dedupe key) through job_enqueue_after; jobs with dedupe keys through job_enqueue, in the same
+    transaction. A parent id that is no job raises ForeignKeyViolation and writes nothing."""
+    keyed = [i for i, s in enumerate(specs) if s.dedupe_key is not None]
+    rest = [i for i, s in enumerate(specs) if s.dedupe_key is None]
+
+    def steps() -> Steps[list[int]]:
+        ids: list[int] = [0] * len(specs)
+        if keyed:
+            keyed_ids = yield from _enqueue_steps([specs[i] for i in keyed])
+            for i, job_id in zip(keyed, keyed_ids, strict=True):
+                ids[i] = job_id
+        rows = yield Stmt("job_enqueue_after", _enqueue_after_params([specs[i] for i in rest]), fetch="tuples")
+        for i, row in zip(rest, rows, strict=True):
+            ids[i] = row[0]
+        return ids
+
+    return Operation("job_enqueue", steps, transaction=bool(keyed))
+
+
+def _enqueue_after_params(specs: Sequence[JobSpec]) -> dict[str, Any]:
+    """Parameters of job_enqueue_after: one element per job, and the dependencies as an edge list
+    (1-based position of the job in the batch, parent id)."""
+    edge_jobs: list[int] = []
+    edge_parents: list[int] = []
+    for position, s in enumerate(specs, 1):
+        for parent in s.depends_on or ():
+            edge_jobs.append(position)
+            edge_parents.append(parent)
+    return {
+        "kinds": [s.kind for s in specs],
+        "payloads": [s.payload_json for s in specs],
+        "queues": [s.queue for s in specs],
+        "priorities": [s.priority for s in specs],
+        "run_ats": [s.run_at for s in specs],
+        "delays": [s.delay_s for s in specs],
+        "max_attempts": [s.max_attempts for s in specs],
+        "run_on_failure": [s.on_parent_failure == "run" for s in specs],
+        "edge_jobs": edge_jobs,
+        "edge_parents": edge_parents,
+    }
 
 
 def _insert_params(specs: Sequence[JobSpec]) -> dict[str, Any]:
@@ -160,14 +213,19 @@ def claim(
 
 
 def complete(
-    items: Sequence[tuple[Claim, Any, int | None]], *, raise_lost: bool, progress: Mapping[int, str] | None = None
+    items: Sequence[tuple[Claim, Any, int | None]], *, raise_lost: bool, progress: Mapping[int, str] | None = None,
+    follow_ups: Mapping[int, Sequence[JobSpec]] | None = None,
 ) -> Operation[dict[int, JobStatus]]:
     """Finish attempts successfully: `(claim, result, watermark)` each; watermark None means the
     watermark the job had when claimed. Returns {job id: new status} for the attempts that still
     held their lease (succeeded, or queued for a dirty re-run). Attempts that lost their lease are
     left unchanged; with `raise_lost` they raise LeaseLost (after the others were completed).
-    `progress`: progress to store with some of them (job id -> JSON text)."""
+    `progress`: progress to store with some of them (job id -> JSON text). `follow_ups`: jobs to
+    enqueue for some of them (job id -> specs), inserted in the same transaction for each job that
+    succeeded, and only for those: not for a lost lease, nor for a dirty re-run (not with
+    `raise_lost`, whose exception would roll them back)."""
     ids = [c.job.id for c, _, _ in items]
+    wanted = _follow_ups_of(ids, follow_ups, raise_lost)
     params: dict[str, Any] = {
         "ids": ids,
         "tokens": [c.token for c, _, _ in items],
@@ -180,19 +238,41 @@ def complete(
         if not items:
             return {}
         rows = yield Stmt("job_complete", params, fetch="tuples")  # (id, status, woke) each
-        return _check_lost("complete", params["ids"], {row[0]: STATUS_BY_VALUE[row[1]] for row in rows}, raise_lost)
+        done = {row[0]: STATUS_BY_VALUE[row[1]] for row in rows}
+        if wanted:
+            yield from _enqueue_follow_ups(wanted, (i for i, s in done.items() if s == JobStatus.SUCCEEDED))
+        return _check_lost("complete", params["ids"], done, raise_lost)
 
-    return Operation("job_complete", steps)
+    return Operation("job_complete", steps, transaction=bool(wanted))
+
+
+def _follow_ups_of(ids: list[int], follow_ups: Mapping[int, Sequence[JobSpec]] | None,
+                   raise_lost: bool) -> dict[int, Sequence[JobSpec]]:
+    """The follow-up jobs of the attempts `ids` (job id -> specs), none when there are none."""
+    if not follow_ups:
+        return {}
+    if raise_lost:
+        raise ValueError("follow-up jobs need raise_lost=False")
+    return {i: follow_ups[i] for i in ids if follow_ups.get(i)}
+
+
+def _enqueue_follow_ups(wanted: Mapping[int, Sequence[JobSpec]], ended: Iterable[int]) -> Steps[None]:
+    """Enqueue the follow-up jobs of the attempts `ended` (in the acknowledgement's transaction)."""
+    specs = [spec for i in sorted(ended) for spec in wanted.get(i, ())]
+    if specs:
+        yield from enqueue(specs).steps()
 
 
 def fail(
     items: Sequence[tuple[Claim, str, float | None, bool]], *, raise_lost: bool,
-    progress: Mapping[int, str] | None = None,
+    progress: Mapping[int, str] | None = None, follow_ups: Mapping[int, Sequence[JobSpec]] | None = None,
 ) -> Operation[dict[int, Job]]:
     """Record failed attempts: `(claim, error, retry_in seconds or None, final)` each. Returns the
     jobs that still held their lease, as updated (queued for a retry, or failed); lost leases and
-    `progress` as in `complete`."""
+    `progress` as in `complete`. `follow_ups` as in `complete`, inserted for the jobs that failed
+    for good (not for those queued for a retry)."""
     ids = [c.job.id for c, _, _, _ in items]
+    wanted = _follow_ups_of(ids, follow_ups, raise_lost)
     params: dict[str, Any] = {
         "ids": ids,
         "tokens": [c.token for c, _, _, _ in items],
@@ -206,9 +286,12 @@ def fail(
         if not items:
             return {}
         rows = yield Stmt("job_fail", params)
-        return _check_lost("fail", params["ids"], {job.id: job for job in map(Job.from_row, rows)}, raise_lost)
+        failed = {job.id: job for job in map(Job.from_row, rows)}
+        if wanted:
+            yield from _enqueue_follow_ups(wanted, (i for i, j in failed.items() if j.status == JobStatus.FAILED))
+        return _check_lost("fail", params["ids"], failed, raise_lost)
 
-    return Operation("job_fail", steps)
+    return Operation("job_fail", steps, transaction=bool(wanted))
 
 
 def heartbeat(items: Sequence[tuple[Claim, float]], *, raise_lost: bool,

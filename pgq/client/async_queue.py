@@ -20,6 +20,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from .. import _ops
+from ..errors import InvalidJob
 from ..models import FINISHED, JSON, Claim, Job, JobSpec, JobStatus, positive_seconds
 from .common import DEFAULT_LEASE as DEFAULT_LEASE
 from .common import (
@@ -210,16 +211,23 @@ class AsyncQueue:
         dedupe_key: str | None = None,
         watermark: int | None = None,
         max_attempts: int | None = None,
+        depends_on: Iterable[int] | None = None,
+        on_parent_failure: str = "cancel",
         conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> int:
         """Enqueue one job and return its id; see `enqueue_many` for the rules.
 
-        Raises InvalidJob (nothing written) for bad input. With `conn`, the job is written in the
-        caller's transaction: it exists if and only if that transaction commits.
+        `depends_on`: ids of jobs this one waits for (status waiting); it becomes ready when all of
+        them succeeded and is cancelled when one fails or is cancelled, unless `on_parent_failure` is
+        "run": then it runs once all of them finished, whatever the outcome (a batch callback).
+        Raises InvalidJob (nothing written) for bad input, a parent id that is no job included. With
+        `conn`, the job is written in the caller's transaction: it exists if and only if that
+        transaction commits.
         """
         spec = JobSpec(kind, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
-                       dedupe_key=dedupe_key, watermark=watermark, max_attempts=max_attempts)
-        return (await self._run(_ops.enqueue([spec]), conn))[0]
+                       dedupe_key=dedupe_key, watermark=watermark, max_attempts=max_attempts,
+                       depends_on=depends_on, on_parent_failure=on_parent_failure)
+        return (await self._enqueue([spec], conn))[0]
 
     async def enqueue_many(
         self, specs: Iterable[SpecLike], *, conn: psycopg.AsyncConnection[Any] | None = None
@@ -231,8 +239,17 @@ class AsyncQueue:
         same queue holds returns that job's id and creates nothing, raising its input watermark to
         `watermark` if higher; a watermark at or below the one a successful run already processed
         returns that run's job id. Idle workers of the queues are notified once per queue.
+        Dependencies (`depends_on`, `on_parent_failure`): see `enqueue`; a batch with dependencies is
+        one transaction, and none of its jobs is written when one names a parent that is no job.
         """
-        return await self._run(_ops.enqueue(_specs(specs)), conn)
+        return await self._enqueue(_specs(specs), conn)
+
+    async def _enqueue(self, specs: builtins.list[JobSpec],
+                       conn: psycopg.AsyncConnection[Any] | None) -> builtins.list[int]:
+        try:
+            return await self._run(_ops.enqueue(specs), conn)
+        except psycopg.errors.ForeignKeyViolation as exc:  # pgq.enqueue_after: no such parent
+            raise InvalidJob(exc.diag.message_primary or str(exc)) from None
 
     async def claim(
         self,

@@ -22,7 +22,7 @@ import psycopg
 from .. import _ops
 from ..client import AsyncQueue
 from ..errors import one_line
-from ..models import JSON, Claim, JobStatus
+from ..models import JSON, Claim, JobSpec, JobStatus
 from .outcome import job_extra
 from .state import WorkerState
 
@@ -37,12 +37,14 @@ AckT = TypeVar("AckT")
 class Acks:
     """Outcomes waiting to be sent: completions (claim, result), failures (claim, error, retry_in,
     final) and snoozes or releases (claim, delay), with the progress their handlers reported last
-    and no heartbeat stored yet."""
+    and no heartbeat stored yet, and the follow-up jobs to enqueue with their success (or final
+    failure)."""
 
     completes: list[tuple[Claim, JSON]] = field(default_factory=list)
     fails: list[tuple[Claim, str, float | None, bool]] = field(default_factory=list)
     snoozes: list[tuple[Claim, float]] = field(default_factory=list)
     progress: dict[int, str] = field(default_factory=dict)  # job id -> progress not yet stored (JSON)
+    follow_ups: dict[int, list[JobSpec]] = field(default_factory=dict)  # job id -> jobs to enqueue with it
 
     def __len__(self) -> int:
         return len(self.completes) + len(self.fails) + len(self.snoozes)
@@ -77,14 +79,21 @@ class Acknowledger:
         self.idle.set()
         self._now = False  # shutdown: send without waiting for ack_delay
 
-    def complete(self, claim: Claim, result: JSON) -> None:
-        """Queue the completion of `claim` with `result`."""
+    def complete(self, claim: Claim, result: JSON, follow_ups: list[JobSpec] | None = None) -> None:
+        """Queue the completion of `claim` with `result`; `follow_ups`: jobs enqueued in the same
+        transaction if it succeeds."""
         self.pending.completes.append((claim, result))
+        if follow_ups:
+            self.pending.follow_ups[claim.id] = follow_ups
         self._pending()
 
-    def fail(self, claim: Claim, error: str, retry_in: float | None, final: bool) -> None:
-        """Queue a failure of `claim` (retried in `retry_in` seconds unless `final`)."""
+    def fail(self, claim: Claim, error: str, retry_in: float | None, final: bool,
+             follow_ups: list[JobSpec] | None = None) -> None:
+        """Queue a failure of `claim` (retried in `retry_in` seconds unless `final`); `follow_ups`:
+        jobs enqueued in the same transaction if the job fails for good."""
         self.pending.fails.append((claim, error, retry_in, final))
+        if follow_ups:
+            self.pending.follow_ups[claim.id] = follow_ups
         self._pending()
 
     def snooze(self, claim: Claim, delay: float) -> None:
@@ -133,6 +142,7 @@ class Acknowledger:
                 self.pending.fails[:0] = unsent.fails
                 self.pending.snoozes[:0] = unsent.snoozes
                 self.pending.progress.update(batch.progress)
+                self.pending.follow_ups.update(batch.follow_ups)
                 self._pending()
                 delay = min(0.05 * 2 ** min(failures, 10), 2.0) * random.uniform(0.5, 1.0)
                 with contextlib.suppress(TimeoutError):
@@ -164,9 +174,10 @@ class Acknowledger:
         unsent = Acks()
         try:
             progress = batch.progress or None
-            if batch.completes and not await self._send_completes(batch.completes, progress):
+            follow_ups = batch.follow_ups or None
+            if batch.completes and not await self._send_completes(batch.completes, progress, follow_ups):
                 unsent.completes = batch.completes
-            if batch.fails and not await self._send_fails(batch.fails, progress):
+            if batch.fails and not await self._send_fails(batch.fails, progress, follow_ups):
                 unsent.fails = batch.fails
             if batch.snoozes and not await self._send_snoozes(batch.snoozes, progress):
                 unsent.snoozes = batch.snoozes
@@ -183,9 +194,21 @@ class Acknowledger:
             self.acking.difference_update(ids)
         return unsent
 
-    async def _send_completes(self, completes: list[tuple[Claim, JSON]], progress: dict[int, str] | None) -> bool:
-        done = await self._ack(_ops.complete([(c, r, None) for c, r in completes], raise_lost=False,
-                                             progress=progress), completes)
+    async def _send_completes(self, completes: list[tuple[Claim, JSON]], progress: dict[int, str] | None,
+                              follow_ups: dict[int, list[JobSpec]] | None) -> bool:
+        try:
+            done = await self._ack(_ops.complete([(c, r, None) for c, r in completes], raise_lost=False,
+                                                 progress=progress, follow_ups=follow_ups), completes)
+        except psycopg.Error as exc:
+            if not follow_ups or len(completes) == 1:
+                raise
+            # The database refused something, most likely a follow-up job (a parent id that is no
+            # job): one at a time, so that the others' completions are not held back by it.
+            logger.warning("a batch of completions with follow-up jobs was refused (%s); sending them one "
+                           "by one", one_line(exc), extra={"event": "ack_error"})
+            for item in completes:
+                await self._send_one_complete(item, progress, follow_ups)
+            return True
         if done is None:
             return False
         count = self._state.count
@@ -196,9 +219,26 @@ class Acknowledger:
             self._settled(claim, status is not None, "complete")
         return True
 
+    async def _send_one_complete(self, item: tuple[Claim, JSON], progress: dict[int, str] | None,
+                                 follow_ups: dict[int, list[JobSpec]]) -> None:
+        """Complete one attempt with its follow-ups; when the database refuses them, fail the attempt
+        with the reason instead (its retry policy applies), so the refusal shows on the job."""
+        claim = item[0]
+        try:
+            if not await self._send_completes([item], progress, follow_ups):
+                self.complete(claim, item[1], follow_ups.get(claim.id))  # connection error: again later
+        except psycopg.Error as exc:
+            if isinstance(exc, psycopg.OperationalError):
+                raise
+            logger.error("job %d %s: its follow-up jobs were refused: %s", claim.id, claim.job.kind, one_line(exc),
+                         extra=job_extra(claim.job, "follow_up_refused"))
+            final = claim.job.attempts >= claim.job.max_attempts
+            self.fail(claim, f"follow-up jobs refused by the database: {one_line(exc)}", None, final)
+
     async def _send_fails(self, fails: list[tuple[Claim, str, float | None, bool]],
-                          progress: dict[int, str] | None) -> bool:
-        failed = await self._ack(_ops.fail(fails, raise_lost=False, progress=progress), fails)
+                          progress: dict[int, str] | None, follow_ups: dict[int, list[JobSpec]] | None) -> bool:
+        failed = await self._ack(_ops.fail(fails, raise_lost=False, progress=progress, follow_ups=follow_ups),
+                                 fails)
         if failed is None:
             return False
         state = self._state

@@ -20,7 +20,7 @@ from ..context import JobContext, _current
 from ..errors import InvalidJob
 from ..models import Claim, Job, encode_json
 from ..retries import Snooze
-from ..tasks import Task
+from ..tasks import Task, follow_up_spec
 from .acks import Acknowledger
 from .outcome import FINISH_LEVELS, HandlerTimeout, Rejected, clip, failure, job_extra
 from .state import Running, WorkerState
@@ -46,7 +46,7 @@ class Runner:
         """Start `claim`'s handler (the caller made sure a slot is free)."""
         job = claim.job
         self._state.count("claimed", job)
-        run = Running(claim, claimed_at, JobContext(claim, claimed_at))
+        run = Running(claim, claimed_at, JobContext(claim, claimed_at, self._tasks))
         self._running[job.id] = run
         task = self._tasks.get(job.kind)
         if task is not None and not task.is_async and task.timeout is None:
@@ -176,8 +176,15 @@ class Runner:
             except InvalidJob as exc:
                 assert task is not None
                 failed = Rejected(f"task {task.name!r} returned a value that cannot be stored as its result: {exc}")
+        follow_ups = run.context.follow_ups
+        if failed is None and task is not None and task.on_success is not None:
+            try:
+                follow_ups = [*(follow_ups or ()), follow_up_spec(
+                    task.on_success, {"job_id": claim.id, "result": value}, {}, self._tasks)]
+            except InvalidJob as exc:
+                failed = Rejected(f"task {task.name!r}: its on_success job cannot be enqueued: {exc}")
         if failed is None:
-            self._acks.complete(claim, value)
+            self._acks.complete(claim, value, follow_ups)
             return "succeeded", None
         if isinstance(failed, Snooze):
             self._acks.snooze(claim, failed.delay)
@@ -185,7 +192,11 @@ class Runner:
         if isinstance(failed, asyncio.CancelledError):  # from the handler, not a cancellation of ours
             failed = RuntimeError("the handler raised CancelledError")
         ack = failure(claim.job, task, failed)
-        self._acks.fail(claim, ack.error, ack.retry_in, ack.final)
+        on_failure = None
+        if ack.final and task is not None and task.on_failure is not None:
+            error = clip(ack.summary, 2000).replace("\x00", "\\0")
+            on_failure = [follow_up_spec(task.on_failure, {"job_id": claim.id, "error": error}, {}, self._tasks)]
+        self._acks.fail(claim, ack.error, ack.retry_in, ack.final, on_failure)
         return ack.outcome, ack.summary
 
     def end_run(self, run: Running, outcome: str, error: str | None) -> None:

@@ -116,7 +116,10 @@ def test_enqueue_runs_as_definer_with_a_pinned_search_path_and_no_public_execute
                        WHERE a.grantee = 0) AS public_execute
         FROM pg_proc p WHERE p.pronamespace = 'pgq'::regnamespace AND p.proname LIKE 'enqueue%%' ORDER BY 1""")
     assert found == [
-        {"proname": "enqueue", "prosecdef": False, "proconfig": None, "public_execute": False},
+        {"proname": "enqueue", "prosecdef": False, "proconfig": ["search_path=pg_catalog, pg_temp"],
+         "public_execute": False},
+        {"proname": "enqueue_after", "prosecdef": True, "proconfig": ["search_path=pg_catalog, pg_temp"],
+         "public_execute": False},
         {"proname": "enqueue_many", "prosecdef": True, "proconfig": ["search_path=pg_catalog, pg_temp"],
          "public_execute": False},
     ]
@@ -252,6 +255,26 @@ def test_worker_claims_finishes_heartbeats_snoozes_and_rescues(roles: Roles) -> 
         {"kind": "limited", "max_running": 1}]
     assert rows(roles.dsn, "SELECT last_error FROM pgq.jobs WHERE id = %s", [lost])[0]["last_error"].startswith(
         "lease expired")
+
+
+def test_producer_enqueues_dependents_and_a_worker_finishing_parents_releases_or_cancels_them(
+        roles: Roles) -> None:
+    with pgq.Queue(roles.producer) as p:
+        good, bad = p.enqueue("k", queue="q"), p.enqueue("k", queue="q")
+        after_good = p.enqueue("k", queue="q2", depends_on=[good])
+        after_both = rows(roles.producer, "SELECT pgq.enqueue('k', '{}', 'q2', depends_on => %s) AS id",
+                          [[good, bad]])[0]["id"]
+        callback = p.enqueue("k", queue="q2", depends_on=[good, bad], on_parent_failure="run")
+    with pgq.Queue(roles.worker) as w:
+        claims = {c.id: c for c in w.claim(worker="w1", queues=["q"], limit=10)}
+        assert w.complete(claims[good]) is JobStatus.SUCCEEDED
+        # Failing a parent cancels a child: an administrator's transition, made by the definer trigger.
+        assert w.fail(claims[bad], "boom", final=True).status is JobStatus.FAILED
+    state = {r["id"]: (r["status"], r["last_error"]) for r in rows(
+        roles.dsn, "SELECT id, status::text, last_error FROM pgq.jobs WHERE id = ANY(%s)",
+        [[after_good, after_both, callback]])}
+    assert state == {after_good: ("queued", None), after_both: ("cancelled", f"parent job {bad} failed"),
+                     callback: ("queued", None)}
 
 
 def test_worker_cannot_cancel_retry_purge_delete_or_change_the_schema(roles: Roles) -> None:

@@ -77,7 +77,9 @@ def test_jobspec_init_is_the_one_dataclass_would_write() -> None:
         inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default for f in init_fields
     ]
     spec = JobSpec("k", {"a": 1}, "q", 5, None, 2.0, "key", 7, 3)
-    assert dataclasses.astuple(spec) == ("k", {"a": 1}, "q", 5, None, 2.0, "key", 7, 3, '{"a":1}')
+    assert dataclasses.astuple(spec) == ("k", {"a": 1}, "q", 5, None, 2.0, "key", 7, 3, None, "cancel", '{"a":1}')
+    after = JobSpec("k", None, "q", 0, None, None, None, None, None, [3, 2, 3], "run")
+    assert (after.depends_on, after.on_parent_failure) == ((3, 2), "run")
     assert dataclasses.replace(spec, priority=6).priority == 6
     assert spec == JobSpec(kind="k", payload={"a": 1}, queue="q", priority=5, delay=2.0, dedupe_key="key",
                            watermark=7, max_attempts=3)
@@ -127,3 +129,17 @@ def test_the_job_context_tracks_progress_versions_and_cancellation() -> None:
     context.progress = (2, '{"a": 2}')
     context.progress = (3, '{"a": 3}')
     assert context.unsent_progress() == '{"a": 3}'  # only the latest
+
+
+def test_jobspec_checks_dependencies() -> None:
+    assert JobSpec("k", depends_on=[]).depends_on is None  # no parents: a plain job
+    assert JobSpec("k", depends_on=(5, 5, 4)).depends_on == (5, 4)
+    for bad, why in (("12", "list of job ids"), (7, "list of job ids"), ([0], "int >= 1"), ([True], "int >= 1"),
+                     ([1.0], "int >= 1"), ([[1]], "job ids")):
+        with pytest.raises(InvalidJob, match=why):
+            JobSpec("k", depends_on=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidJob, match="on_parent_failure must be 'cancel' or 'run'"):
+        JobSpec("k", depends_on=[1], on_parent_failure="ignore")
+    for option in ({"dedupe_key": "x"}, {"dedupe_key": "x", "watermark": 1}):
+        with pytest.raises(InvalidJob, match="cannot be combined with dedupe_key or watermark"):
+            JobSpec("k", depends_on=[1], **option)  # type: ignore[arg-type]
