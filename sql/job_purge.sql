@@ -3,13 +3,19 @@
 -- long-held locks, and vacuum can keep up. SKIP LOCKED keeps it out of other transactions' way.
 -- Processed watermarks survive in pgq.key_watermarks.
 WITH doomed AS (
-    SELECT j.id
+    SELECT j.id, j.pending_parents IS NOT NULL AS dependent
     FROM pgq.jobs j
     WHERE j.status IN ('succeeded', 'failed', 'cancelled')
       AND j.finished_at < now() - make_interval(secs => %(older_than_s)s)
     ORDER BY j.finished_at
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
+),
+edges AS (
+    -- A purged job that had parents takes its rows of pgq.job_dependencies along.
+    DELETE FROM pgq.job_dependencies e
+    USING doomed d
+    WHERE d.dependent AND e.job_id = d.id
 )
 DELETE FROM pgq.jobs j
 USING doomed d

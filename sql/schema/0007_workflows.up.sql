@@ -20,8 +20,11 @@ COMMENT ON COLUMN pgq.jobs.has_dependents IS
     'True when jobs depend on this one: finishing it releases or cancels them (trigger '
     'jobs_release_dependents). NULL for other jobs, which the trigger then never runs for.';
 
+-- No foreign keys: one to pgq.jobs would forbid `TRUNCATE pgq.jobs` (which test suites and
+-- benchmarks use) and add a lookup to every deletion of a job. Purge deletes a child's rows with the
+-- child (sql/job_purge.sql); pgq.enqueue_after checks that parents exist.
 CREATE TABLE pgq.job_dependencies (
-    job_id         bigint NOT NULL REFERENCES pgq.jobs (id) ON DELETE CASCADE,
+    job_id         bigint NOT NULL,
     parent_id      bigint NOT NULL,
     needs_success  boolean NOT NULL,
     parent_outcome pgq.job_status,
@@ -33,8 +36,8 @@ CREATE TABLE pgq.job_dependencies (
 CREATE INDEX job_dependencies_parent_idx ON pgq.job_dependencies (parent_id);
 COMMENT ON TABLE pgq.job_dependencies IS
     'One row per dependency: job_id runs after parent_id. Parents of job 42: WHERE job_id = 42; its '
-    'children: WHERE parent_id = 42. Rows go with the child (ON DELETE CASCADE); a purged parent''s '
-    'rows stay, its outcome recorded.';
+    'children: WHERE parent_id = 42. Purging the child deletes its rows; a purged parent''s rows stay, '
+    'its outcome recorded.';
 COMMENT ON COLUMN pgq.job_dependencies.job_id IS 'The dependent job (the child).';
 COMMENT ON COLUMN pgq.job_dependencies.parent_id IS 'The job it depends on (the parent).';
 COMMENT ON COLUMN pgq.job_dependencies.needs_success IS

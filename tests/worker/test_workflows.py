@@ -292,3 +292,18 @@ async def test_enqueue_with_dependencies_validates_and_writes_nothing_on_error(p
         assert job.status is pgq.JobStatus.CANCELLED
         assert (await q.get(grand)) is not None
         assert dt.timedelta(0) <= job.finished_at - job.created_at  # type: ignore[operator]
+
+
+def test_purge_takes_a_purged_childs_dependencies_along_and_jobs_can_be_truncated(pgq_dsn: str, db: DB) -> None:
+    with pgq.Queue(pgq_dsn) as q:
+        parent = q.enqueue("p")
+        child = q.enqueue("c", depends_on=[parent])
+        q.cancel(parent)  # the child is cancelled with it: both finished
+        other_parent = q.enqueue("p")
+        waiting = q.enqueue("c", depends_on=[other_parent, parent])  # created cancelled: parent cancelled
+        assert statuses(db, [child, waiting]) == ["cancelled", "cancelled"]
+        kept = q.enqueue("c", depends_on=[other_parent], on_parent_failure="run")
+        assert q.purge(dt.timedelta(0)) == 3  # parent, child and waiting; other_parent and kept stay
+    assert db.rows("SELECT job_id, parent_id FROM pgq.job_dependencies") == [
+        {"job_id": kept, "parent_id": other_parent}]
+    db.rows("TRUNCATE pgq.jobs")  # no foreign key stands in the way (test suites and benchmarks do this)
