@@ -14,7 +14,7 @@ from ..models import (
 from .admin import PURGE_BATCH
 from .core import WRITING_STATEMENTS, Operation, Steps, Stmt, T, _text_list
 from .driver import _GUARD_PARAMS
-from .jobs import RESCUE_BATCH
+from .jobs import RESCUE_BATCH, enqueue
 
 
 def next_run_at(queues: Sequence[str] | None) -> Operation[float | None]:
@@ -46,18 +46,24 @@ def _leader(lock_key: int) -> Steps[tuple[bool, dt.datetime]]:
 
 
 def rescue_as_leader(
-    lock_key: int, limit: int = RESCUE_BATCH
+    lock_key: int, limit: int = RESCUE_BATCH, on_failure: Callable[[int, str], Sequence[JobSpec]] | None = None,
 ) -> Operation[LeaderRun[list[tuple[int, str, str, str]]]]:
     """One transaction: take the rescue lock (`pg_try_advisory_xact_lock(lock_key)`), and when it was
     free, rescue up to `limit` expired attempts. Value: (job id, new status, queue, kind) per job
-    rescued."""
+    rescued. `on_failure(job id, kind)`: the follow-up jobs of a job the rescue failed for good
+    (its last attempt expired), enqueued in the same transaction."""
 
     def steps() -> Steps[LeaderRun[list[tuple[int, str, str, str]]]]:
         leader, now = yield from _leader(lock_key)
         if not leader:
             return LeaderRun(False, now, None)
         rows = yield Stmt("job_rescue", {"limit": limit})
-        return LeaderRun(True, now, [(row["id"], row["status"], row["queue"], row["kind"]) for row in rows])
+        rescued = [(row["id"], row["status"], row["queue"], row["kind"]) for row in rows]
+        if on_failure is not None:
+            specs = [s for job_id, status, _, kind in rescued if status == "failed" for s in on_failure(job_id, kind)]
+            if specs:
+                yield from enqueue(specs).steps()
+        return LeaderRun(True, now, rescued)
 
     return Operation("job_rescue", steps, transaction=True, guards_itself=True)
 

@@ -17,7 +17,7 @@ import datetime as dt
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -28,7 +28,7 @@ from ..client import AsyncQueue
 from ..errors import NotMigrated, one_line
 from ..metrics import Metrics
 from ..models import JobSpec
-from ..tasks import Periodic
+from ..tasks import Periodic, Task, follow_up_spec
 
 __all__ = [
     "PERIODIC_LOCK_KEY",
@@ -71,6 +71,9 @@ class Rescuer:
     that long sending the result of a pgq statement that writes to a client that stopped reading
     (a frozen worker whose claim never committed holds its jobs locked, out of every lease's reach:
     see `stalled_session_end.sql`), logging each at WARNING.
+
+    `tasks`: the worker's tasks by kind; a job of one with `on_failure` that the rescue fails for good
+    (its last attempt's lease expired) gets that follow-up in the rescue's transaction.
     """
 
     def __init__(
@@ -80,6 +83,7 @@ class Rescuer:
         batch: int = _ops.RESCUE_BATCH,
         metrics: Metrics | None = None,
         stalled_after: float | None = None,
+        tasks: Mapping[str, Task] | None = None,
     ) -> None:
         if stalled_after is not None and not stalled_after > 0:
             raise ValueError(f"stalled_after must be positive, got {stalled_after!r}")
@@ -87,6 +91,17 @@ class Rescuer:
         self._batch = batch
         self._metrics = metrics
         self._stalled_after = stalled_after
+        self._tasks: Mapping[str, Task] = tasks or {}
+        self._on_failure = self._follow_ups if any(t.on_failure is not None for t in self._tasks.values()) else None
+
+    def _follow_ups(self, job_id: int, kind: str) -> list[JobSpec]:
+        """The `on_failure` job of job `job_id` of `kind` that the rescue failed for good (none when
+        this worker's app has no such task, or it has no on_failure)."""
+        task = self._tasks.get(kind)
+        if task is None or task.on_failure is None:
+            return []
+        error = "lease expired on the last attempt (its worker died or hung)"
+        return [follow_up_spec(task.on_failure, {"job_id": job_id, "error": error}, {}, self._tasks)]
 
     async def run_once(self) -> StepResult:
         """End stalled sessions (with `stalled_after`), then rescue every expired attempt, `batch`
@@ -104,7 +119,7 @@ class Rescuer:
             ended = len(stalled.value)
         requeued = failed = 0
         while True:
-            run = await self._queue._run(_ops.rescue_as_leader(RESCUE_LOCK_KEY, self._batch))
+            run = await self._queue._run(_ops.rescue_as_leader(RESCUE_LOCK_KEY, self._batch, self._on_failure))
             if run.value is None:
                 if requeued or failed or ended is not None:  # lost the lock since: someone else goes on
                     break
@@ -264,7 +279,8 @@ class Maintenance:
     Periodic runs follow the ticks. A failing step (database down) is logged and retried with
     backoff; it never ends the loop, except NotMigrated, which is raised. A step the database refuses
     to the worker's role (InsufficientPrivilege) is logged once and not run again by this worker. `metrics`
-    counts rescues. `stalled_after`: see `Rescuer` (a worker passes half its lease).
+    counts rescues. `stalled_after` and `tasks`: see `Rescuer` (a worker passes half its lease, and its
+    app's tasks).
     """
 
     def __init__(
@@ -278,8 +294,9 @@ class Maintenance:
         periodic_cap: float = 30.0,
         metrics: Metrics | None = None,
         stalled_after: float | None = None,
+        tasks: Mapping[str, Task] | None = None,
     ) -> None:
-        self.rescuer = Rescuer(queue, metrics=metrics, stalled_after=stalled_after)
+        self.rescuer = Rescuer(queue, metrics=metrics, stalled_after=stalled_after, tasks=tasks)
         self.periodic = PeriodicEnqueuer(queue, periodic)
         self.retention = None if retention is None else Retention(queue, retention)
         self._rescue_interval = rescue_interval

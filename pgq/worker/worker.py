@@ -172,7 +172,8 @@ class Worker:
                 maintenance = Maintenance(queue, self.app.periodic_tasks,
                                           rescue_interval=cfg.effective_rescue_interval,
                                           retention=cfg.retention, retention_interval=cfg.retention_interval,
-                                          metrics=self.metrics, stalled_after=cfg.lease / 2)
+                                          metrics=self.metrics, stalled_after=cfg.lease / 2,
+                                          tasks=self.app.tasks)
                 background.append(self._spawn(maintenance.run(), "maintenance"))
             producing = self._spawn(producer.run(), "producer")
             background.append(producing)

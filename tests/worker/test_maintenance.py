@@ -63,6 +63,34 @@ def test_rescuer_requeues_expired_leases_and_fails_exhausted_ones(pgq_dsn: str, 
         "a": "queued", "b": "failed", "c": "running"}
 
 
+def test_rescue_that_fails_a_job_for_good_enqueues_its_on_failure_in_the_same_transaction(
+        pgq_dsn: str, db: DB) -> None:
+    app = pgq.App(pgq_dsn)
+
+    @app.task(queue="alerts")
+    def alert(job_id: int, error: str) -> None:
+        return None
+
+    @app.task(on_failure=alert)
+    def fragile() -> None:
+        return None
+
+    async def main() -> None:
+        async with AsyncQueue(pgq_dsn) as queue:
+            last = await queue.enqueue("fragile", max_attempts=1)
+            await queue.enqueue("fragile", max_attempts=2)  # attempts left: requeued, no alert
+            await queue.enqueue("other", max_attempts=1)  # not this app's task: failed, no alert
+            await queue.claim(worker="dead", limit=3, lease=60)
+            db.rows("UPDATE pgq.jobs SET lease_expires_at = now() - interval '1 s'")
+            result = await Rescuer(queue, tasks=app.tasks).run_once()
+            assert result.counts == {"requeued": 1, "failed": 2}
+            assert db.rows("SELECT queue, payload FROM pgq.jobs WHERE kind = 'alert'") == [
+                {"queue": "alerts", "payload": {"job_id": last, "error": "lease expired on the last attempt "
+                                                                         "(its worker died or hung)"}}]
+
+    asyncio.run(main())
+
+
 def test_a_leader_stalled_inside_its_run_loses_the_lock_and_another_worker_rescues(pgq_dsn: str, db: DB) -> None:
     # A worker that hangs (a paused process, an event loop blocked by a CPU-bound async handler) right
     # after taking the rescue lock must not stop every other worker from rescuing for as long as it
