@@ -232,10 +232,7 @@ class JobSpec:
         _SET_SPEC_MAX_ATTEMPTS(self, max_attempts)
         _SET_SPEC_DEPENDS_ON(self, None if depends_on is None else _job_ids(depends_on))
         _SET_SPEC_ON_PARENT_FAILURE(self, on_parent_failure)
-        self.__post_init__()
-
-    def __post_init__(self) -> None:
-        kind, queue, priority = self.kind, self.queue, self.priority
+        # The checks, on the arguments (locals are cheaper to read than slots).
         # The common job (plain str names, an int priority, no options) passes three cheap tests; batch
         # enqueues build thousands of specs, so anything else takes the detailed checks below.
         if not (type(kind) is str and kind and "\x00" not in kind
@@ -243,15 +240,11 @@ class JobSpec:
             _check_text("kind", kind, required=True)
             _check_text("queue", queue, required=True)
         if type(priority) is not int or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
-            if isinstance(priority, bool) or not isinstance(priority, int):
-                raise InvalidJob(f"priority must be an int, got {type(priority).__name__}")
-            if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
-                raise InvalidJob(f"priority {priority} out of range [{PRIORITY_MIN}, {PRIORITY_MAX}]")
-        if (self.run_at is not None or self.delay is not None or self.dedupe_key is not None
-                or self.watermark is not None or self.max_attempts is not None
-                or self.depends_on is not None or self.on_parent_failure != "cancel"):
+            _check_priority(priority)
+        if (run_at is not None or delay is not None or dedupe_key is not None or watermark is not None
+                or max_attempts is not None or depends_on is not None or on_parent_failure != "cancel"):
             self._check_options()
-        _SET_SPEC_PAYLOAD_JSON(self, encode_json("payload", self.payload, {}))
+        _SET_SPEC_PAYLOAD_JSON(self, encode_json("payload", payload, {}))
 
     def _check_options(self) -> None:
         if self.dedupe_key is not None:
@@ -288,6 +281,14 @@ class JobSpec:
 (_SET_SPEC_KIND, _SET_SPEC_PAYLOAD, _SET_SPEC_QUEUE, _SET_SPEC_PRIORITY, _SET_SPEC_RUN_AT, _SET_SPEC_DELAY,
  _SET_SPEC_DEDUPE_KEY, _SET_SPEC_WATERMARK, _SET_SPEC_MAX_ATTEMPTS, _SET_SPEC_DEPENDS_ON,
  _SET_SPEC_ON_PARENT_FAILURE, _SET_SPEC_PAYLOAD_JSON) = _slot_setters(JobSpec).values()
+
+
+def _check_priority(priority: object) -> None:
+    """Raise InvalidJob unless `priority` is an int (not a bool) within smallint."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidJob(f"priority must be an int, got {type(priority).__name__}")
+    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise InvalidJob(f"priority {priority} out of range [{PRIORITY_MIN}, {PRIORITY_MAX}]")
 
 
 def _job_ids(values: Iterable[int]) -> tuple[int, ...] | None:
