@@ -8,7 +8,7 @@ from .app import App
 from .client import AsyncQueue, Queue
 from .context import cancel_requested, current_job, set_progress
 from .errors import InvalidJob, InvalidState, LeaseLost, NotFound, NotMigrated, PgqError
-from .models import Claim, Job, JobSpec, JobStatus
+from .models import Claim, Dependencies, Dependency, Job, JobSpec, JobStatus
 from .retries import Backoff, PermanentFailure, PollingTimeout, RetryPolicy, Snooze, poll_later, polling_schedule
 from .tasks import Task, after_success
 
@@ -31,6 +31,8 @@ __all__ = [
     "AsyncQueue",
     "Backoff",
     "Claim",
+    "Dependencies",
+    "Dependency",
     "InvalidJob",
     "InvalidState",
     "Job",

@@ -392,3 +392,69 @@ def jsonable(value: Any) -> Any:
     if is_dataclass(value) and not isinstance(value, type):
         return {f.name: jsonable(getattr(value, f.name)) for f in fields(value)}
     return value
+
+
+# -- dependencies (revision 0007) ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Dependency:
+    """One dependency of a job, seen from it: the other job (a parent it depends on, or a child that
+    depends on it), as read at one moment.
+
+    `kind` and `status` are None when that job no longer exists (retention deleted a finished parent,
+    whose dependency rows stay; or the job was deleted by hand). `needs_success`: the child is
+    cancelled if the parent fails or is cancelled (False: enqueued with on_parent_failure "run", it
+    runs whatever the outcome). `parent_outcome`: how the parent finished, recorded when it did;
+    None while it has not.
+    """
+
+    id: int
+    kind: str | None
+    status: JobStatus | None
+    needs_success: bool
+    parent_outcome: JobStatus | None
+
+
+@dataclass(frozen=True, slots=True)
+class Dependencies:
+    """A job's parents and children (`Queue.dependencies`), read in one statement.
+
+    `parents` and `children` hold at most the limit asked for, lowest ids first; `parent_count` and
+    `child_count` count them all. `pending_parents` is the job's counter of parents it still waits
+    for (None: enqueued without depends_on): above 0 while the job is waiting; a job cancelled
+    while it waited keeps the count it had.
+    """
+
+    job_id: int
+    status: JobStatus
+    pending_parents: int | None
+    parents: tuple[Dependency, ...]
+    children: tuple[Dependency, ...]
+    parent_count: int
+    child_count: int
+
+    @property
+    def unfinished_parents(self) -> tuple[Dependency, ...]:
+        """The parents among `parents` that have not finished yet (no recorded outcome): those a
+        waiting job waits for."""
+        return tuple(p for p in self.parents if p.parent_outcome is None)
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[Mapping[str, Any]]) -> Dependencies | None:
+        """Build from the rows of sql/job_dependencies.sql (a row per relation: 'job', 'parent',
+        'child'); None when there is no 'job' row, i.e. no such job."""
+        job: Mapping[str, Any] | None = None
+        edges: dict[str, list[Dependency]] = {"parent": [], "child": []}
+        for row in rows:
+            if row["relation"] == "job":
+                job = row
+                continue
+            status, outcome = row["status"], row["parent_outcome"]
+            edges[row["relation"]].append(Dependency(
+                int(row["id"]), row["kind"], None if status is None else JobStatus(status),
+                bool(row["needs_success"]), None if outcome is None else JobStatus(outcome)))
+        if job is None:
+            return None
+        return cls(int(job["id"]), JobStatus(job["status"]), job["pending_parents"], tuple(edges["parent"]),
+                   tuple(edges["child"]), int(job["parent_count"]), int(job["child_count"]))

@@ -42,3 +42,11 @@ def reap(proc: subprocess.Popen[str]) -> None:
     if proc.poll() is None:
         proc.kill()
         proc.communicate()
+
+
+def enqueue_after(db: SQL, kind: str, parents: list[int], *, queue: str = "default", run: bool = False) -> int:
+    """Enqueue a job of `kind` that depends on `parents` through the SQL API (pgq.enqueue with
+    depends_on; on_parent_failure 'run' when `run`, else 'cancel') and return its id."""
+    rows = db("SELECT pgq.enqueue(%s, queue => %s, depends_on => %s::bigint[], on_parent_failure => %s) AS id",
+              [kind, queue, parents, "run" if run else "cancel"])
+    return int(rows[0]["id"])

@@ -13,8 +13,10 @@ Callers use this package's names (`_ops.claim`), never a module's.
 """
 
 from .admin import (
+    DEPENDENCIES_LIMIT,
     PURGE_BATCH,
     cancel,
+    dependencies,
     get,
     is_dirty,
     list_jobs,
@@ -53,6 +55,7 @@ from .leader import (
 from .watchdog import AsyncWatchdog, Watchdog, sever
 
 __all__ = [
+    "DEPENDENCIES_LIMIT",
     "KEPT_CURSOR_MAX_ROWS",
     "PURGE_BATCH",
     "READ_ONLY_STATEMENTS",
@@ -72,6 +75,7 @@ __all__ = [
     "complete",
     "configure_connection",
     "configure_connection_async",
+    "dependencies",
     "end_stalled_as_leader",
     "enqueue",
     "fail",

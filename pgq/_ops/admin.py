@@ -1,5 +1,5 @@
-"""Operations of operators: cancel, retry, get, list, wait, purge, limits (concurrency and rate),
-queue pause/resume and statistics."""
+"""Operations of operators: cancel, retry, get, list, dependencies, wait, purge, limits (concurrency
+and rate), queue pause/resume and statistics."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from psycopg import errors as pg_errors
 
 from ..errors import CONSTRAINT_MESSAGES, InvalidJob, InvalidState, NotFound
 from ..models import (
+    Dependencies,
     Job,
     JobStatus,
     delay_seconds,
@@ -26,7 +27,7 @@ from .core import (
 
 
 def cancel(job_id: int) -> Operation[Job]:
-    """Cancel a queued or running job; raises NotFound or InvalidState (already finished)."""
+    """Cancel a waiting, queued or running job; raises NotFound or InvalidState (already finished)."""
     _check_id(job_id)
 
     def steps() -> Steps[Job]:
@@ -100,8 +101,7 @@ def list_jobs(
 ) -> Operation[list[Job]]:
     """Jobs matching the filters, newest first; raises InvalidJob for an unknown status."""
     parsed = None if status is None else JobStatus.parse(status).value
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
-        raise InvalidJob(f"limit must be an int in [1, 100000], got {limit!r}")
+    _check_limit(limit)
     params = {"status": parsed, "queue": queue, "kind": kind, "limit": limit, "before_id": before_id}
 
     def steps() -> Steps[list[Job]]:
@@ -109,6 +109,32 @@ def list_jobs(
         return [Job.from_row(row) for row in rows]
 
     return Operation("job_list", steps, retry_safe=True)
+
+
+def _check_limit(limit: object) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
+        raise InvalidJob(f"limit must be an int in [1, 100000], got {limit!r}")
+
+
+DEPENDENCIES_LIMIT = 1000
+"""How many parents and how many children `dependencies` returns unless told otherwise."""
+
+
+def dependencies(job_id: int, *, limit: int = DEPENDENCIES_LIMIT) -> Operation[Dependencies]:
+    """Job `job_id`'s parents and children (sql/job_dependencies.sql, one statement): at most `limit`
+    of each (1..100000), lowest ids first, with how many there are in all. Raises NotFound for an
+    unknown id, InvalidJob for an id that is not an int or a limit out of range."""
+    _check_id(job_id)
+    _check_limit(limit)
+
+    def steps() -> Steps[Dependencies]:
+        rows = yield Stmt("job_dependencies", {"id": job_id, "limit": limit})
+        found = Dependencies.from_rows(rows)
+        if found is None:
+            raise NotFound(job_id)
+        return found
+
+    return Operation("job_dependencies", steps, retry_safe=True)
 
 
 PURGE_BATCH = 5000

@@ -99,6 +99,7 @@ READ_ONLY_STATEMENTS: tuple[str, ...] = (
     "dashboard_concurrency_limits", "dashboard_finished", "dashboard_guard", "dashboard_job_bounds",
     "dashboard_jobs", "dashboard_queue_names", "dashboard_queues", "dashboard_rate_limits", "dashboard_rights",
     "dashboard_running", "dashboard_ticks", "dashboard_workers",
-    "job_get", "job_lease_check", "job_list", "job_next_run_at", "key_is_dirty", "ping", "queue_backlog",
-    "queue_exists", "queue_stats", "schema_check", "session_utc", "stalled_session_end", "transaction_guard",
+    "job_dependencies", "job_get", "job_lease_check", "job_list", "job_next_run_at", "key_is_dirty", "ping",
+    "queue_backlog", "queue_exists", "queue_stats", "schema_check", "session_utc", "stalled_session_end",
+    "transaction_guard",
 )

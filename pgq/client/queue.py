@@ -15,7 +15,7 @@ from psycopg_pool import ConnectionPool
 
 from .. import _ops
 from ..errors import InvalidJob
-from ..models import FINISHED, JSON, Claim, Job, JobSpec, JobStatus, positive_seconds
+from ..models import FINISHED, JSON, Claim, Dependencies, Job, JobSpec, JobStatus, positive_seconds
 from .common import DEFAULT_LEASE as DEFAULT_LEASE
 from .common import (
     Wakeup,
@@ -420,3 +420,13 @@ class Queue:
         return self._run(
             _ops.list_jobs(status=status, queue=queue, kind=kind, limit=limit, before_id=before_id)
         )
+
+    def dependencies(self, job_id: int, *, limit: int = _ops.DEPENDENCIES_LIMIT) -> Dependencies:
+        """Job `job_id`'s parents (the jobs it depends on) and children (the jobs that depend on it),
+        read in one statement: for each the other job's id, kind and status, whether the child needs
+        the parent to succeed, and the parent's recorded outcome. At most `limit` parents and `limit`
+        children (1..100000), lowest ids first; `parent_count` and `child_count` count them all, and
+        `pending_parents` says how many parents a waiting job still waits for. A job without
+        dependencies has none of either. Raises NotFound for an unknown id (where `get` returns
+        None), InvalidJob for a bad id or limit."""
+        return self._run(_ops.dependencies(job_id, limit=limit))
