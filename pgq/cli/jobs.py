@@ -9,15 +9,18 @@ import json
 
 from .. import _sql
 from ..client import Queue
-from ..models import Job, JobStatus
+from ..errors import NotFound
+from ..models import Dependencies, Dependency, Job, JobStatus
 from .args import int_range, job_id, status_arg
 from .common import EXIT_OK, CliError, Commands, Formatter, open_queue
 from .render import cell, format_relative, jsonable, render_table
 
 JOBS_LIST_DEFAULT_LIMIT = 50
 JOBS_LIST_MAX_LIMIT = 100_000
+DEPENDENCIES_SHOWN = 100
+"""`pgq jobs show` lists at most this many parents and this many children (and says how many more)."""
 
-__all__ = ["format_job", "register"]
+__all__ = ["format_dependencies", "format_job", "register"]
 
 
 def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
@@ -52,10 +55,16 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
 
     q = jobs.add_parser(
         "show", parents=[dsn], formatter_class=Formatter, help="show every field of one job",
-        description="Show every field of one job; payload and result as indented JSON.",
+        description=(
+            "Show every field of one job; payload and result as indented JSON. For a job with\n"
+            f"dependencies, then its parents and children (at most {DEPENDENCIES_SHOWN} of each): id, kind,\n"
+            "status, whether the child needs the parent to succeed, and the parent's outcome as\n"
+            "recorded when it finished; for a waiting job, the parents it still waits for."
+        ),
     )
     q.add_argument("id", metavar="ID", type=job_id, help="job id")
-    q.add_argument("--json", action="store_true", help="print the job as one JSON object")
+    q.add_argument("--json", action="store_true",
+                   help="print the job as one JSON object, its parents and children under \"dependencies\"")
     q.set_defaults(handler=cmd_jobs_show)
 
     q = jobs.add_parser(
@@ -66,12 +75,13 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
     q.set_defaults(handler=cmd_jobs_retry)
 
     q = jobs.add_parser(
-        "cancel", parents=[dsn], formatter_class=Formatter, help="cancel a queued or running job",
+        "cancel", parents=[dsn], formatter_class=Formatter, help="cancel a waiting, queued or running job",
         description=(
-            "Cancel a queued or running job; it is never retried. The worker running it is told\n"
-            "at once and stops the handler: an async handler gets CancelledError at its next await,\n"
-            "a sync handler sees pgq.cancel_requested() return True. Whatever the handler returns\n"
-            "then is discarded."
+            "Cancel a waiting, queued or running job; it is never retried. The worker running it is\n"
+            "told at once and stops the handler: an async handler gets CancelledError at its next\n"
+            "await, a sync handler sees pgq.cancel_requested() return True. Whatever the handler\n"
+            "returns then is discarded. Jobs that depend on it are cancelled with it, unless they\n"
+            "were enqueued to run whatever their parents' outcome (on_parent_failure 'run')."
         ),
     )
     q.add_argument("id", metavar="ID", type=job_id, help="job id")
@@ -152,14 +162,61 @@ def _get_job(queue: Queue, job_id: int) -> Job:
     return job
 
 
+def _edge_rows(edges: tuple[Dependency, ...]) -> list[list[str]]:
+    return [[str(e.id), cell(e.kind, 32) if e.kind is not None else "(deleted)",
+             e.status.value if e.status is not None else "-", "yes" if e.needs_success else "no",
+             e.parent_outcome.value if e.parent_outcome is not None else "-"] for e in edges]
+
+
+_EDGE_HEADERS = ("ID", "KIND", "STATUS", "NEEDS SUCCESS", "PARENT OUTCOME")
+
+
+def format_dependencies(deps: Dependencies) -> str:
+    """Render a job's dependencies for `pgq jobs show`: for a waiting job the parents it still waits
+    for, then a table of its parents and one of its children, each saying how many more there are
+    when not all were read; "" for a job without dependencies."""
+    lines: list[str] = []
+    if deps.status is JobStatus.WAITING:
+        waited = ", ".join(str(p.id) for p in deps.unfinished_parents)
+        unlisted = (deps.pending_parents or 0) - len(deps.unfinished_parents)
+        if unlisted > 0:
+            waited += f" and {unlisted} more" if waited else f"{unlisted} not among those listed below"
+        lines.append(f"waiting for {deps.pending_parents} of {deps.parent_count} parent(s): {waited}")
+    for name, edges, total, where in (("parents", deps.parents, deps.parent_count, "job_id"),
+                                      ("children", deps.children, deps.child_count, "parent_id")):
+        if not total:
+            continue
+        if lines:
+            lines.append("")
+        lines.append(f"{name} ({total}):")
+        table = render_table(_EDGE_HEADERS, _edge_rows(edges), right=(0,))
+        lines.extend("  " + line for line in table.splitlines())
+        if total > len(edges):
+            lines.append(f"  ... and {total - len(edges)} more: SELECT * FROM pgq.job_dependencies "
+                         f"WHERE {where} = {deps.job_id}")
+    return "\n".join(lines)
+
+
 def cmd_jobs_show(args: argparse.Namespace) -> int:
-    """`pgq jobs show ID`: every field of one job; exit 1 when it does not exist."""
+    """`pgq jobs show ID`: every field of one job, then its dependencies; exit 1 when it does not
+    exist."""
     with open_queue(args) as queue:
         job = _get_job(queue, args.id)
+        try:
+            deps = queue.dependencies(args.id, limit=DEPENDENCIES_SHOWN)
+        except NotFound:  # deleted between the two reads
+            raise CliError(f"job {args.id} not found") from None
     if args.json:
-        print(json.dumps(jsonable(dataclasses.asdict(job)), indent=2, ensure_ascii=False))
+        shown = {name: getattr(deps, name) for name in ("pending_parents", "parent_count", "child_count",
+                                                          "parents", "children")}
+        print(json.dumps(jsonable({**dataclasses.asdict(job), "dependencies": shown}), indent=2,
+                         ensure_ascii=False))
     else:
         print(format_job(job))
+        text = format_dependencies(deps)
+        if text:
+            print()
+            print(text)
     return EXIT_OK
 
 
@@ -172,7 +229,7 @@ def cmd_jobs_retry(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_cancel(args: argparse.Namespace) -> int:
-    """`pgq jobs cancel ID`: cancel a queued or running job (NotFound / InvalidState: exit 1)."""
+    """`pgq jobs cancel ID`: cancel a waiting, queued or running job (NotFound / InvalidState: exit 1)."""
     with open_queue(args) as queue:
         job = queue.cancel(args.id)
     print(f"job {job.id} ({cell(job.kind)}) is cancelled")

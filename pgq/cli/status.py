@@ -21,6 +21,7 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
         help="show a table of the queues",
         description=(
             "Show one row per queue that holds jobs:\n"
+            "  WAITING    waiting for parent jobs (enqueued with depends_on)\n"
             "  READY      queued jobs due now          SCHEDULED  queued jobs due later\n"
             "  RUNNING    claimed by a worker          EXPIRED    running, lease expired (to be rescued)\n"
             "  FAILED     failed for good              OLDEST     age of the oldest ready job\n"
@@ -32,7 +33,8 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=cmd_status)
 
 
-STATUS_COLUMNS = ("QUEUE", "READY", "SCHEDULED", "RUNNING", "EXPIRED", "FAILED", "DONE/MIN", "OLDEST")
+STATUS_COLUMNS = ("QUEUE", "WAITING", "READY", "SCHEDULED", "RUNNING", "EXPIRED", "FAILED", "DONE/MIN", "OLDEST")
+_COUNTS = ("waiting", "ready", "scheduled", "running", "expired_leases", "failed", "succeeded_last_minute")
 
 
 def format_status(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -43,8 +45,7 @@ def format_status(rows: Sequence[Mapping[str, Any]]) -> str:
     body = [
         [
             cell(str(r["queue"])) + (" (paused)" if r.get("paused") else ""),
-            *(str(r[k]) for k in ("ready", "scheduled", "running", "expired_leases", "failed",
-                                  "succeeded_last_minute")),
+            *(str(r[k]) for k in _COUNTS),
             format_age(seconds_of(r["oldest_ready_age"])),
         ]
         for r in rows
@@ -53,9 +54,7 @@ def format_status(rows: Sequence[Mapping[str, Any]]) -> str:
         ages = [a for a in (seconds_of(r["oldest_ready_age"]) for r in rows) if a is not None]
         body.append([
             "TOTAL",
-            *(str(sum(int(r[k]) for r in rows)) for k in ("ready", "scheduled", "running",
-                                                          "expired_leases", "failed",
-                                                          "succeeded_last_minute")),
+            *(str(sum(int(r[k]) for r in rows)) for k in _COUNTS),
             format_age(max(ages) if ages else None),
         ])
     return render_table(STATUS_COLUMNS, body, right=range(1, len(STATUS_COLUMNS)))

@@ -13,6 +13,7 @@ from pgq import JobStatus, Queue, migrate
 from pgq.cli import build_parser
 from pgq.models import MAX_PAYLOAD_BYTES
 
+from ..conftest import enqueue_after
 from .conftest import CLI, SQL, run_subprocess, table
 
 # ---------------------------------------------------------------------------------------------
@@ -199,6 +200,110 @@ def test_jobs_list_shows_odd_names_on_one_line(cli: CLI, pgq_dsn: str, pgq_queue
     assert len(lines) == 2 and "kind\\nwith newline" in lines[1]
 
 
+def test_jobs_show_lists_parents_and_children_and_what_a_waiting_job_waits_for(
+        cli: CLI, pgq_dsn: str, pgq_queue: Queue, db: SQL) -> None:
+    fetch_a, fetch_b = pgq_queue.enqueue("fetch"), pgq_queue.enqueue("fetch")
+    merge = enqueue_after(db, "merge", [fetch_a, fetch_b])
+    report = enqueue_after(db, "report", [merge], run=True)
+    [claim] = pgq_queue.claim(worker="w")
+    pgq_queue.complete(claim)  # fetch_a
+
+    shown = cli("jobs", "show", str(merge), "--dsn", pgq_dsn)
+    assert shown.code == 0, shown.err
+    fields, _, deps = shown.out.partition("\n\n")
+    assert "status:           waiting" in fields
+    lines = deps.splitlines()
+    assert lines[0] == f"waiting for 1 of 2 parent(s): {fetch_b}"
+    assert lines[2] == "parents (2):"
+    parents = table("\n".join(lines[3:6]))
+    assert parents[str(fetch_a)] == {"ID": str(fetch_a), "KIND": "fetch", "STATUS": "succeeded",
+                                     "NEEDS SUCCESS": "yes", "PARENT OUTCOME": "succeeded"}
+    assert parents[str(fetch_b)] == {"ID": str(fetch_b), "KIND": "fetch", "STATUS": "queued",
+                                     "NEEDS SUCCESS": "yes", "PARENT OUTCOME": "-"}
+    assert lines[6:8] == ["", "children (1):"]
+    children = table("\n".join(lines[8:]))
+    assert children[str(report)] == {"ID": str(report), "KIND": "report", "STATUS": "waiting",
+                                     "NEEDS SUCCESS": "no", "PARENT OUTCOME": "-"}
+
+    of_parent = cli("jobs", "show", str(fetch_a), "--dsn", pgq_dsn).out
+    assert "waiting for" not in of_parent and "parents (" not in of_parent
+    assert of_parent.split("\n\n")[1].splitlines()[0] == "children (1):"
+
+    as_json = json.loads(cli("jobs", "show", str(merge), "--dsn", pgq_dsn, "--json").out)
+    assert as_json["status"] == "waiting"
+    assert as_json["dependencies"] == {
+        "pending_parents": 1, "parent_count": 2, "child_count": 1,
+        "parents": [{"id": fetch_a, "kind": "fetch", "status": "succeeded", "needs_success": True,
+                     "parent_outcome": "succeeded"},
+                    {"id": fetch_b, "kind": "fetch", "status": "queued", "needs_success": True,
+                     "parent_outcome": None}],
+        "children": [{"id": report, "kind": "report", "status": "waiting", "needs_success": False,
+                      "parent_outcome": None}]}
+
+
+def test_jobs_show_of_a_plain_job_prints_no_dependencies(cli: CLI, pgq_dsn: str, pgq_queue: Queue) -> None:
+    job_id = pgq_queue.enqueue("plain")
+    shown = cli("jobs", "show", str(job_id), "--dsn", pgq_dsn)
+    assert shown.code == 0 and "\n\n" not in shown.out and "parents" not in shown.out
+    loaded = json.loads(cli("jobs", "show", str(job_id), "--dsn", pgq_dsn, "--json").out)
+    assert loaded["dependencies"] == {"pending_parents": None, "parent_count": 0, "child_count": 0,
+                                      "parents": [], "children": []}
+
+
+def test_jobs_show_says_how_many_dependencies_it_left_out(cli: CLI, pgq_dsn: str, pgq_queue: Queue, db: SQL,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pgq.cli.jobs, "DEPENDENCIES_SHOWN", 2)
+    parents = pgq_queue.enqueue_many([{"kind": "part"}] * 5)
+    callback = enqueue_after(db, "callback", parents, run=True)
+    for claim in pgq_queue.claim(worker="w", limit=3):  # the three lowest ids
+        pgq_queue.complete(claim)
+
+    out = cli("jobs", "show", str(callback), "--dsn", pgq_dsn).out.split("\n\n", 1)[1]
+    assert out.splitlines()[0] == "waiting for 2 of 5 parent(s): 2 not among those listed below"
+    assert "parents (5):" in out
+    assert f"  ... and 3 more: SELECT * FROM pgq.job_dependencies WHERE job_id = {callback}" in out
+    assert out.count("succeeded") == 4  # two parents listed, each with status and outcome
+
+    out = cli("jobs", "show", str(parents[0]), "--dsn", pgq_dsn).out
+    assert "children (1):" in out and "... and" not in out
+
+
+def test_jobs_show_escapes_odd_kinds_of_parents_and_children(cli: CLI, pgq_dsn: str, pgq_queue: Queue,
+                                                             db: SQL) -> None:
+    parent = pgq_queue.enqueue("evil\nkind\x1b[31m")
+    child = enqueue_after(db, "child\tkind", [parent])
+    out = cli("jobs", "show", str(child), "--dsn", pgq_dsn).out
+    deps = out.split("\n\n", 1)[1]
+    assert "evil\\nkind\\x1b[31m" in deps and "\x1b" not in out
+    assert "child\\tkind" in cli("jobs", "show", str(parent), "--dsn", pgq_dsn).out
+
+
+def test_jobs_list_filters_waiting_jobs(cli: CLI, pgq_dsn: str, pgq_queue: Queue, db: SQL) -> None:
+    parent = pgq_queue.enqueue("fetch")
+    first = enqueue_after(db, "merge", [parent])
+    second = enqueue_after(db, "merge", [parent])
+    result = cli("jobs", "list", "--dsn", pgq_dsn, "--status", "waiting")
+    assert result.code == 0, result.err
+    listed = table(result.out)
+    assert list(listed) == [str(second), str(first)]
+    assert listed[str(first)]["STATUS"] == "waiting" and listed[str(first)]["RUN AT"] == "-"
+
+
+def test_cancel_a_waiting_job_cancels_the_children_that_need_it(cli: CLI, pgq_dsn: str, pgq_queue: Queue,
+                                                                db: SQL) -> None:
+    parent = pgq_queue.enqueue("fetch")
+    middle = enqueue_after(db, "merge", [parent])
+    needs = enqueue_after(db, "report", [middle])
+    runs = enqueue_after(db, "cleanup", [middle], run=True)
+
+    result = cli("jobs", "cancel", str(middle), "--dsn", pgq_dsn)
+    assert result.code == 0 and result.out == f"job {middle} (merge) is cancelled\n"
+    status = {r["id"]: (r["status"], r["last_error"]) for r in db(
+        "SELECT id, status::text, last_error FROM pgq.jobs WHERE id = ANY(%s)", [[parent, middle, needs, runs]])}
+    assert status == {parent: ("queued", None), middle: ("cancelled", None),
+                      needs: ("cancelled", f"parent job {middle} cancelled"), runs: ("queued", None)}
+
+
 def test_jobs_show_unknown_id_is_one_line_error(cli: CLI, pgq_dsn: str) -> None:
     result = cli("jobs", "show", "424242", "--dsn", pgq_dsn)
     assert result.code == 1 and result.err_lines == ["pgq: error: job 424242 not found"]
@@ -273,14 +378,14 @@ def test_status_table_counts_each_queue(cli: CLI, pgq_dsn: str, pgq_queue: Queue
     result = cli("status", "--dsn", pgq_dsn)
     assert result.code == 0, result.err
     rows = table(result.out)
-    assert rows["mail"] == {"QUEUE": "mail", "READY": "2", "SCHEDULED": "1", "RUNNING": "1", "EXPIRED": "0",
-                            "FAILED": "0", "DONE/MIN": "0", "OLDEST": "2h00m"}
-    assert rows["reports"] == {"QUEUE": "reports", "READY": "0", "SCHEDULED": "0", "RUNNING": "0",
+    assert rows["mail"] == {"QUEUE": "mail", "WAITING": "0", "READY": "2", "SCHEDULED": "1", "RUNNING": "1",
+                            "EXPIRED": "0", "FAILED": "0", "DONE/MIN": "0", "OLDEST": "2h00m"}
+    assert rows["reports"] == {"QUEUE": "reports", "WAITING": "0", "READY": "0", "SCHEDULED": "0", "RUNNING": "0",
                                "EXPIRED": "0", "FAILED": "1", "DONE/MIN": "1", "OLDEST": "-"}
     assert rows["TOTAL"]["READY"] == "2" and rows["TOTAL"]["FAILED"] == "1"
     # Aligned: in every line, each number column ends where its header ends (right-aligned numbers).
     lines = result.out.splitlines()
-    for header in ("READY", "SCHEDULED", "RUNNING", "FAILED", "DONE/MIN"):
+    for header in ("WAITING", "READY", "SCHEDULED", "RUNNING", "FAILED", "DONE/MIN"):
         end = lines[0].index(header) + len(header)
         assert all(line[end - 1] != " " and line[end:end + 2] == "  " for line in lines), header
 
@@ -288,6 +393,20 @@ def test_status_table_counts_each_queue(cli: CLI, pgq_dsn: str, pgq_queue: Queue
     assert as_json["mail"]["ready"] == 2 and as_json["mail"]["oldest_ready_age"] >= 7200
     assert as_json["reports"]["succeeded_last_minute"] == 1 and as_json["reports"]["oldest_ready_age"] is None
     assert running.job.queue == "mail"
+
+
+def test_status_counts_jobs_waiting_for_parents(cli: CLI, pgq_dsn: str, pgq_queue: Queue, db: SQL) -> None:
+    parent = pgq_queue.enqueue("fetch", queue="mail")
+    enqueue_after(db, "send", [parent], queue="mail")
+    enqueue_after(db, "send", [parent], queue="mail")
+    enqueue_after(db, "report", [parent], queue="reports")  # a queue holding only waiting jobs
+
+    rows = table(cli("status", "--dsn", pgq_dsn).out)
+    assert (rows["mail"]["WAITING"], rows["mail"]["READY"]) == ("2", "1")
+    assert (rows["reports"]["WAITING"], rows["reports"]["READY"]) == ("1", "0")
+    assert rows["TOTAL"]["WAITING"] == "3"
+    as_json = {r["queue"]: r for r in json.loads(cli("status", "--dsn", pgq_dsn, "--json").out)}
+    assert as_json["mail"]["waiting"] == 2 and as_json["reports"]["waiting"] == 1
 
 
 # ---------------------------------------------------------------------------------------------
