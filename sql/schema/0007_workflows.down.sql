@@ -15,6 +15,8 @@ BEGIN
 END;
 $check$;
 
+DROP INDEX pgq.jobs_waiting_idx;
+
 DROP VIEW pgq.queue_stats;
 CREATE VIEW pgq.queue_stats AS
 WITH counted AS (

@@ -121,3 +121,20 @@ def test_children_are_read_through_the_parent_index_not_the_table(pgq_queue: Que
     plan = "\n".join(r["QUERY PLAN"] for r in db("EXPLAIN " + query))
     assert "job_dependencies_parent_idx" in plan and "job_dependencies_pkey" in plan
     assert "Seq Scan" not in plan
+
+
+def test_waiting_jobs_are_counted_through_their_partial_index(pgq_queue: Queue, db: SQL) -> None:
+    db("""
+        INSERT INTO pgq.jobs (queue, kind, status, started_at, finished_at, attempts)
+        SELECT 'q' || (g % 3), 'k', 'succeeded', now() - interval '2 s', now() - interval '1 s', 1
+        FROM generate_series(1, 50000) g
+    """)
+    parent = pgq_queue.enqueue("fetch", queue="q0")
+    for queue in ("q0", "q1", "q1"):
+        enqueue_after(db, "merge", [parent], queue=queue)
+    db("ANALYZE pgq.jobs")
+    count = "SELECT j.queue, count(*) AS n FROM pgq.jobs j WHERE j.status = 'waiting' GROUP BY j.queue ORDER BY 1"
+
+    plan = "\n".join(r["QUERY PLAN"] for r in db("EXPLAIN " + count))
+    assert "jobs_waiting_idx" in plan and "Seq Scan" not in plan, plan
+    assert db(count) == [{"queue": "q0", "n": 1}, {"queue": "q1", "n": 2}]

@@ -467,10 +467,10 @@ def test_0006_adds_rate_limits_and_its_downgrade_removes_them(pgq_dsn: str) -> N
 
 def test_0007_adds_dependencies_and_its_downgrade_refuses_while_jobs_wait(pgq_dsn: str) -> None:
     added = ("SELECT relname FROM pg_class WHERE relnamespace = 'pgq'::regnamespace "
-             "AND relname IN ('job_dependencies', 'waiting_jobs') ORDER BY 1")
+             "AND relname IN ('job_dependencies', 'jobs_waiting_idx', 'waiting_jobs') ORDER BY 1")
     enqueue_signature = ("SELECT pg_get_function_identity_arguments(p.oid) FROM pg_proc p "
                          "WHERE p.pronamespace = 'pgq'::regnamespace AND p.proname = 'enqueue'")
-    assert query(pgq_dsn, added) == [("job_dependencies",), ("waiting_jobs",)]
+    assert query(pgq_dsn, added) == [("job_dependencies",), ("jobs_waiting_idx",), ("waiting_jobs",)]
     parent = query(pgq_dsn, "SELECT pgq.enqueue('parent')")[0][0]
     child = query(pgq_dsn, "SELECT pgq.enqueue('child', depends_on => ARRAY[%s]::bigint[])", parent)[0][0]
     assert query(pgq_dsn, "SELECT status::text FROM pgq.jobs WHERE id = %s", child) == [("waiting",)]
@@ -481,7 +481,8 @@ def test_0007_adds_dependencies_and_its_downgrade_refuses_while_jobs_wait(pgq_ds
 
         with pytest.raises(psycopg.errors.RaiseException, match="1 jobs wait for parents"):
             migrate.downgrade(pgq_dsn, "0006")
-        assert query(pgq_dsn, added) == [("job_dependencies",), ("waiting_jobs",)]  # nothing changed
+        # Nothing changed.
+        assert query(pgq_dsn, added) == [("job_dependencies",), ("jobs_waiting_idx",), ("waiting_jobs",)]
 
         query(pgq_dsn, "SELECT pgq.cancel(%s)", child)
         migrate.downgrade(pgq_dsn, "0006")
@@ -492,7 +493,7 @@ def test_0007_adds_dependencies_and_its_downgrade_refuses_while_jobs_wait(pgq_ds
         assert query(pgq_dsn, "SELECT has_function_privilege('pgq_test_grantee', 'pgq.enqueue(text, jsonb, "
                               "text, integer, timestamptz, text, bigint, integer)', 'EXECUTE')") == [(True,)]
         migrate.upgrade(pgq_dsn)  # again: the enum value 'waiting' stayed, and is not added twice
-        assert query(pgq_dsn, added) == [("job_dependencies",), ("waiting_jobs",)]
+        assert query(pgq_dsn, added) == [("job_dependencies",), ("jobs_waiting_idx",), ("waiting_jobs",)]
         assert query(pgq_dsn, "SELECT has_function_privilege('pgq_test_grantee', 'pgq.enqueue(text, jsonb, "
                               "text, integer, timestamptz, text, bigint, integer, bigint[], text)', 'EXECUTE')"
                      ) == [(True,)]
