@@ -1,14 +1,21 @@
--- dashboard_queues: per queue, what the overview shows of its queued and running jobs: ready,
--- scheduled, running, expired leases (pgq.queue_backlog), retrying (queued again after a failed
--- attempt), the distinct workers running its jobs, the age of its oldest ready job, when its next
--- scheduled job is due, and whether it is paused (and since when). Paused queues without jobs are
--- listed too.
+-- dashboard_queues: per queue, what the overview shows of its waiting, queued and running jobs:
+-- waiting (for parent jobs), ready, scheduled, running, expired leases (pgq.queue_backlog), retrying
+-- (queued again after a failed attempt), the distinct workers running its jobs, the age of its
+-- oldest ready job, when its next scheduled job is due, and whether it is paused (and since when).
+-- Paused queues without jobs are listed too, and so are queues holding only waiting jobs.
 --
--- Reads queued and running jobs only, never finished ones: pgq.queue_backlog counts through the
--- partial indexes jobs_claim_idx (index-only) and jobs_running_idx, retrying through
--- jobs_retrying_idx, workers through jobs_running_idx. Its cost follows the backlog (100,000 queued
--- jobs: about 20 ms), not the size of the table. Finished jobs come from dashboard_finished.sql.
-WITH retrying AS (
+-- Reads waiting, queued and running jobs only, never finished ones: pgq.queue_backlog counts through
+-- the partial indexes jobs_claim_idx (index-only) and jobs_running_idx, waiting through
+-- jobs_waiting_idx, retrying through jobs_retrying_idx, workers through jobs_running_idx. Its cost
+-- follows the backlog (100,000 queued jobs: about 20 ms), not the size of the table. Finished jobs
+-- come from dashboard_finished.sql.
+WITH waiting AS (
+    SELECT j.queue, count(*) AS waiting
+    FROM pgq.jobs j
+    WHERE j.status = 'waiting'
+    GROUP BY j.queue
+),
+retrying AS (
     SELECT j.queue, count(*) AS retrying
     FROM pgq.jobs j
     WHERE j.status = 'queued' AND j.last_error IS NOT NULL
@@ -20,7 +27,8 @@ busy AS (
     WHERE j.status = 'running'
     GROUP BY j.queue
 )
-SELECT coalesce(b.queue, p.queue) AS queue,
+SELECT coalesce(b.queue, p.queue, t.queue) AS queue,
+       coalesce(t.waiting, 0) AS waiting,
        coalesce(b.ready, 0) AS ready,
        coalesce(b.scheduled, 0) AS scheduled,
        coalesce(b.running, 0) AS running,
@@ -34,6 +42,7 @@ SELECT coalesce(b.queue, p.queue) AS queue,
        p.paused_by
 FROM pgq.queue_backlog b
 FULL JOIN pgq.paused_queues p ON p.queue = b.queue
+FULL JOIN waiting t ON t.queue = coalesce(b.queue, p.queue)
 LEFT JOIN retrying r ON r.queue = b.queue
 LEFT JOIN busy w ON w.queue = b.queue
 ORDER BY 1

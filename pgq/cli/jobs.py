@@ -13,7 +13,7 @@ from ..errors import NotFound
 from ..models import Dependencies, Dependency, Job, JobStatus
 from .args import int_range, job_id, status_arg
 from .common import EXIT_OK, CliError, Commands, Formatter, open_queue
-from .render import cell, format_relative, jsonable, render_table
+from .render import cell, dependencies_json, format_relative, jsonable, render_table
 
 JOBS_LIST_DEFAULT_LIMIT = 50
 JOBS_LIST_MAX_LIMIT = 100_000
@@ -207,10 +207,8 @@ def cmd_jobs_show(args: argparse.Namespace) -> int:
         except NotFound:  # deleted between the two reads
             raise CliError(f"job {args.id} not found") from None
     if args.json:
-        shown = {name: getattr(deps, name) for name in ("pending_parents", "parent_count", "child_count",
-                                                          "parents", "children")}
-        print(json.dumps(jsonable({**dataclasses.asdict(job), "dependencies": shown}), indent=2,
-                         ensure_ascii=False))
+        shown = {**jsonable(dataclasses.asdict(job)), "dependencies": dependencies_json(deps)}
+        print(json.dumps(shown, indent=2, ensure_ascii=False))
     else:
         print(format_job(job))
         text = format_dependencies(deps)

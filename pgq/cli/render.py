@@ -7,11 +7,11 @@ import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from ..models import jsonable
+from ..models import Dependencies, jsonable
 from .args import UNIT_SECONDS
 
-__all__ = ["cell", "format_age", "format_duration", "format_relative", "jsonable", "print_rows", "render_table",
-           "seconds_of"]
+__all__ = ["cell", "dependencies_json", "format_age", "format_duration", "format_relative", "jsonable", "print_rows",
+           "render_table", "seconds_of"]
 
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Collection[int] = ()) -> str:
@@ -89,3 +89,11 @@ def print_rows(rows: Sequence[Mapping[str, Any]], as_json: bool, table: Callable
         print(json.dumps([jsonable(row) for row in rows], indent=2))
     else:
         print(table(rows))
+
+
+def dependencies_json(deps: Dependencies) -> dict[str, Any]:
+    """A job's dependencies as JSON values (`pgq jobs show --json`, the dashboard's API):
+    `pending_parents`, `parent_count`, `child_count`, and the `parents` and `children` read, each with
+    id, kind, status, needs_success and parent_outcome."""
+    return {name: jsonable(getattr(deps, name))
+            for name in ("pending_parents", "parent_count", "child_count", "parents", "children")}

@@ -3,7 +3,7 @@
     GET  /api/queues                    per queue: backlog, workers, pause state, last hour
     GET  /api/jobs?queue=&kind=&status=&q=&limit=&cursor=
                                         newest first; `next_cursor` pages (keyset: see JobPage)
-    GET  /api/jobs/{id}                 one job
+    GET  /api/jobs/{id}                 one job, with its parents and children
     POST /api/jobs/{id}/cancel          -> {"job": ...}
     POST /api/jobs/{id}/retry           -> {"job": ...}
     POST /api/queues/{name}/pause       -> {"queue": name, "paused": true, "changed": bool}
@@ -26,7 +26,7 @@ from . import actions, params, queries
 from .dashboard import Dashboard
 from .errors import HttpError
 from .security import check_api_request
-from .views import job_json, jsonable
+from .views import dependencies_json, job_json, jsonable
 
 __all__ = ["Api", "json_error"]
 
@@ -54,9 +54,9 @@ class Api:
         t = data.throughput
         queues = [{
             "name": q.name, "paused": q.paused, "paused_at": q.paused_at, "paused_by": q.paused_by,
-            "ready": q.ready, "scheduled": q.scheduled, "running": q.running, "expired_leases": q.expired_leases,
-            "retrying": q.retrying, "workers": q.workers, "oldest_ready_age_s": q.oldest_ready_age_s,
-            "next_run_at": q.next_run_at,
+            "waiting": q.waiting, "ready": q.ready, "scheduled": q.scheduled, "running": q.running,
+            "expired_leases": q.expired_leases, "retrying": q.retrying, "workers": q.workers,
+            "oldest_ready_age_s": q.oldest_ready_age_s, "next_run_at": q.next_run_at,
             "last_hour": {"succeeded": q.succeeded, "failed": q.failed, "cancelled": q.cancelled,
                           "finished_per_minute": q.per_minute, "failed_per_minute": q.failed_per_minute},
         } for q in data.queues]
@@ -73,13 +73,12 @@ class Api:
         return _json({"jobs": page.jobs, "next_cursor": cursor})
 
     async def job(self, request: Request) -> JSONResponse:
-        """`GET /api/jobs/{id}`."""
+        """`GET /api/jobs/{id}`: the job and its dependencies (as the job page shows them)."""
         job_id = params.job_id(request.path_params["job_id"])
-        queue = await self.dash.queue()
-        job = await queue.get(job_id)
-        if job is None:
+        detail = await self.dash.read(queries.job_detail(job_id))
+        if detail.job is None or detail.dependencies is None:
             raise HttpError(404, f"job {job_id} not found")
-        return _json({"job": job_json(job)})
+        return _json({"job": job_json(detail.job), "dependencies": dependencies_json(detail.dependencies)})
 
     async def job_action(self, action: actions.JobAction, request: Request) -> JSONResponse:
         """`POST /api/jobs/{id}/cancel|retry`."""

@@ -118,13 +118,14 @@ class Pages:
                            statuses=[s.value for s in JobStatus])
 
     async def job(self, request: Request) -> Response:
-        """`/jobs/{id}`: every field of the job, and cancel / retry where they apply."""
+        """`/jobs/{id}`: every field of the job, its parents and children, and cancel / retry where they
+        apply."""
         job_id = params.job_id(request.path_params["job_id"])
         detail = await self.dash.read(queries.job_detail(job_id))
         if detail.job is None:
             raise HttpError(404, f"job {job_id} not found")
-        return self.render(request, "job.html", live="_job.html", section="jobs", job=detail.job, now=detail.now,
-                           rights=detail.rights)
+        return self.render(request, "job.html", live="_job.html", section="jobs", job=detail.job,
+                           deps=detail.dependencies, now=detail.now, rights=detail.rights)
 
     async def workers(self, request: Request) -> Response:
         """`/workers`: workers holding jobs, and the running jobs."""

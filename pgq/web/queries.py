@@ -17,14 +17,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import _ops
-from ..models import Job, JobStatus
+from ..models import Dependencies, Job, JobStatus
 from ..tasks import Periodic
 
 __all__ = [
+    "DEPENDENCIES_SHOWN",
     "FINISHED_CAP",
     "MINUTES",
     "SEARCH_BUDGET_S",
     "SEARCH_WINDOW",
+    "JobDetail",
     "JobFilter",
     "JobPage",
     "Limits",
@@ -128,10 +130,12 @@ def rights() -> _ops.Operation[Rights]:
 
 @dataclass
 class QueueSummary:
-    """One queue on the overview: its queued and running jobs now, its jobs finished in the chart's
+    """One queue on the overview: its waiting, queued and running jobs now, its jobs finished in the chart's
     window, whether it is paused. Ages in seconds; None where there is nothing to measure."""
 
     name: str
+    waiting: int = 0
+    """Jobs waiting for parent jobs (enqueued with depends_on)."""
     ready: int = 0
     scheduled: int = 0
     running: int = 0
@@ -197,7 +201,7 @@ def overview(finished_cap: int = FINISHED_CAP) -> _ops.Operation[Overview]:
         by_name: dict[str, QueueSummary] = {}
         for row in (yield _ops.Stmt("dashboard_queues", {})):
             summary = _queue(by_name, row["queue"])
-            for key in ("ready", "scheduled", "running", "expired_leases", "retrying", "workers"):
+            for key in ("waiting", "ready", "scheduled", "running", "expired_leases", "retrying", "workers"):
                 setattr(summary, key, int(row[key]))
             summary.oldest_ready_age_s = row["oldest_ready_age_s"]
             summary.next_run_at = row["next_run_at"]
@@ -305,23 +309,33 @@ def find_jobs(
     return _read("dashboard_jobs", steps)
 
 
+DEPENDENCIES_SHOWN = 100
+"""The job page lists at most this many parents and this many children (and says how many more)."""
+
+
 @dataclass(frozen=True, slots=True)
 class JobDetail:
-    """A job as the job page shows it (None: no such job), the database clock, the rights."""
+    """A job as the job page shows it (None: no such job) with its parents and children (None when
+    there is no job), the database clock, the rights."""
 
     job: Job | None
+    dependencies: Dependencies | None
     now: dt.datetime
     rights: Rights
 
 
 def job_detail(job_id: int) -> _ops.Operation[JobDetail]:
-    """One job (sql/job_get.sql, through pgq's own `get`), with the clock and the rights."""
+    """One job (sql/job_get.sql, through pgq's own `get`) and its dependencies (sql/job_dependencies.sql,
+    through `dependencies`: at most DEPENDENCIES_SHOWN a side), with the clock and the rights."""
 
     def steps() -> _ops.Steps[JobDetail]:
         now = yield from _guard()
         who = yield from _rights()
         job = yield from _ops.get(job_id).steps()
-        return JobDetail(job, now, who)
+        deps = None
+        if job is not None:
+            deps = yield from _ops.dependencies(job_id, limit=DEPENDENCIES_SHOWN).steps()
+        return JobDetail(job, deps, now, who)
 
     return _read("dashboard_job", steps)
 

@@ -14,10 +14,11 @@ from urllib.parse import quote, urlencode
 import jinja2
 
 from ..cli import render
+from ..cli.render import dependencies_json
 from ..models import Job, jsonable
 
-__all__ = ["NONE_SHOWN", "environment", "format_age", "format_duration", "format_relative", "format_time",
-           "format_window", "job_json", "jsonable", "pretty_json"]
+__all__ = ["NONE_SHOWN", "dependencies_json", "environment", "format_age", "format_duration", "format_relative",
+           "format_time", "format_window", "job_json", "jsonable", "pretty_json"]
 
 NONE_SHOWN = "\u2013"
 """What a missing value is shown as: an en dash."""

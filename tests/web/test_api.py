@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pgq import Queue
-from tests.conftest import SQL
+from tests.conftest import SQL, enqueue_after
 
 from .conftest import Client
 
@@ -107,6 +107,39 @@ def test_one_job(dashboard: Client, pgq_queue: Queue) -> None:
     assert job["payload"] == {"to": "a@example.com"} and job["input_watermark"] == 3
     assert job["lease_held"] is True and "lease_token" not in job
     assert job["lease_expires_at"].startswith("20") and job["created_at"]
+
+
+def test_one_job_with_its_dependencies_and_the_waiting_counts(dashboard: Client, pgq_queue: Queue,
+                                                                db: SQL) -> None:
+    parent = pgq_queue.enqueue("fetch", queue="mail")
+    child = enqueue_after(db, "merge", [parent], queue="mail", run=True)
+    client = dashboard()
+
+    body = client.get(f"/api/jobs/{child}").json()
+    assert body["job"]["status"] == "waiting"
+    assert body["dependencies"] == {
+        "pending_parents": 1, "parent_count": 1, "child_count": 0, "children": [],
+        "parents": [{"id": parent, "kind": "fetch", "status": "queued", "needs_success": False,
+                     "parent_outcome": None}]}
+    assert client.get(f"/api/jobs/{parent}").json()["dependencies"]["children"] == [
+        {"id": child, "kind": "merge", "status": "waiting", "needs_success": False, "parent_outcome": None}]
+    plain = client.get(f"/api/jobs/{pgq_queue.enqueue('plain')}").json()["dependencies"]
+    assert plain == {"pending_parents": None, "parent_count": 0, "child_count": 0, "parents": [], "children": []}
+
+    mail = {q["name"]: q for q in client.get("/api/queues").json()["queues"]}["mail"]
+    assert (mail["waiting"], mail["ready"]) == (1, 1)
+
+
+def test_cancel_a_waiting_job_cancels_the_children_that_need_it(dashboard: Client, pgq_queue: Queue,
+                                                                 db: SQL) -> None:
+    parent = pgq_queue.enqueue("fetch")
+    middle = enqueue_after(db, "merge", [parent])
+    child = enqueue_after(db, "report", [middle])
+    body = dashboard().post(f"/api/jobs/{middle}/cancel", headers=JSON).json()
+    assert body["job"]["status"] == "cancelled"
+    assert db("SELECT id, status::text, last_error FROM pgq.jobs WHERE id IN (%s, %s) ORDER BY id",
+              [parent, child]) == [{"id": parent, "status": "queued", "last_error": None},
+                                   {"id": child, "status": "cancelled", "last_error": f"parent job {middle} cancelled"}]
 
 
 @pytest.mark.parametrize("bad", ["abc", "0", "-1", "1.5", "99999999999999999999", "%20", "1e3", "٣"])

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from pgq import Queue
-from tests.conftest import SQL
+from tests.conftest import SQL, enqueue_after
 
 CHROMIUM = os.environ.get("PGQ_CHROMIUM", "/usr/bin/chromium")
 pytestmark = [
@@ -194,6 +194,55 @@ def test_a_job_page_follows_the_job_live(page: Any, pgq_queue: Queue) -> None:
     pgq_queue.complete(claim, {"rows": 1234})
     expect(status).to_have_text("succeeded")
     expect(page.locator('[data-field="result"]')).to_contain_text('"rows": 1234')
+
+
+def test_a_job_page_with_parents_and_children(page: Any, pgq_queue: Queue, db: SQL) -> None:
+    """A fan-in: two fetches, a merge that needs both, a report that needs the merge, and a cleanup
+    that runs whatever the merge's outcome. Follows the links from the merge to a parent and back,
+    cancels the waiting merge, and watches its page follow its last parent's finish."""
+    fetch_eu = pgq_queue.enqueue("fetch_rates", {"region": "eu"}, queue="etl")
+    fetch_us = pgq_queue.enqueue("fetch_rates", {"region": "us"}, queue="etl")
+    merge = enqueue_after(db, "merge_rates", [fetch_eu, fetch_us], queue="etl")
+    report = enqueue_after(db, "build_report", [merge], queue="reports")
+    cleanup = enqueue_after(db, "cleanup", [merge], queue="etl", run=True)
+    (claim,) = pgq_queue.claim(worker="etl-1", queues=["etl"])
+    pgq_queue.complete(claim, {"rates": 31})  # fetch_eu
+
+    page.goto(f"/jobs/{merge}")
+    expect(page.locator('[data-field="status"]')).to_have_text("waiting")
+    waits = page.locator('[data-field="waits-for"]')
+    expect(waits).to_have_text(f"waiting for 1 of 2 parent jobs: job {fetch_us}")
+    parents = page.locator("#parents tbody tr")
+    expect(parents).to_have_count(2)
+    expect(parents.nth(0).locator(".badge")).to_have_text("succeeded")
+    expect(parents.nth(1).locator(".badge")).to_have_text("queued")
+    children = page.locator("#children tbody tr")
+    expect(children).to_have_count(2)
+    expect(children.nth(0)).to_contain_text("build_report")
+    expect(children.nth(1)).to_contain_text("to finish")
+    page.screenshot(path=str(artifacts() / "job-with-dependencies.png"), full_page=True)
+
+    parents.nth(1).locator("a").click()
+    expect(page.locator("h1")).to_contain_text(f"Job {fetch_us}")
+    expect(page.locator("#children tbody tr")).to_have_count(1)
+    page.locator("#children a").click()
+    expect(page.locator("h1")).to_contain_text(f"Job {merge}")
+
+    page.click("#cancel-job")  # the merge, waiting: the report needs it and goes too, the cleanup runs
+    expect(page.locator(".notice")).to_contain_text("Job cancelled")
+    expect(page.locator('[data-field="status"]')).to_have_text("cancelled")
+    expect(waits).to_have_count(0)
+    expect(children.nth(0).locator(".badge")).to_have_text("cancelled")
+    expect(children.nth(1).locator(".badge")).to_have_text("queued")
+    assert db("SELECT id, status::text, last_error FROM pgq.jobs WHERE id IN (%s, %s) ORDER BY id", [report, cleanup]
+              ) == [{"id": report, "status": "cancelled", "last_error": f"parent job {merge} cancelled"},
+                    {"id": cleanup, "status": "queued", "last_error": None}]
+
+    (claim,) = pgq_queue.claim(worker="etl-1", queues=["etl"])
+    assert claim.id == fetch_us
+    pgq_queue.complete(claim)
+    expect(parents.nth(1).locator(".badge")).to_have_text("succeeded")  # followed live
+    expect(parents.nth(1)).to_contain_text("succeeded succeeded")
 
 
 def test_pause_and_resume_a_queue(page: Any, pgq_queue: Queue, db: SQL) -> None:

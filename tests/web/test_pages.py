@@ -6,9 +6,12 @@ from __future__ import annotations
 import html
 import re
 
+import pytest
+
 import pgq
 from pgq import Queue
-from tests.conftest import SQL
+from pgq.web import queries
+from tests.conftest import SQL, enqueue_after
 
 from .conftest import Client
 
@@ -66,6 +69,86 @@ def test_job_page_shows_lease_progress_watermarks_and_result(dashboard: Client, 
     assert "<html" not in fragment and "host-9" in fragment
 
 
+def test_overview_counts_waiting_jobs_per_queue_and_links_them(dashboard: Client, pgq_queue: Queue, db: SQL) -> None:
+    parent = pgq_queue.enqueue("fetch", queue="mail")
+    enqueue_after(db, "send", [parent], queue="mail")
+    enqueue_after(db, "send", [parent], queue="mail")
+    enqueue_after(db, "report", [parent], queue="reports")  # a queue holding only waiting jobs
+    page = dashboard().get("/").text
+
+    def cell(queue: str, column: str) -> str:
+        row = re.search(rf'<tr data-queue="{queue}">(.*?)</tr>', page, re.S)
+        assert row, f"no row of queue {queue}"
+        found = re.search(rf'<td class="num" data-col="{column}">(.*?)</td>', row.group(1), re.S)
+        assert found, column
+        return found.group(1)
+
+    assert cell("mail", "ready") == "1" and ">2</a>" in cell("mail", "waiting")
+    assert 'href="/jobs?queue=mail&amp;status=waiting"' in cell("mail", "waiting")
+    assert cell("reports", "ready") == "0" and ">1</a>" in cell("reports", "waiting")
+
+
+def test_jobs_page_filters_waiting_jobs(dashboard: Client, pgq_queue: Queue, db: SQL) -> None:
+    parent = pgq_queue.enqueue("fetch")
+    child = enqueue_after(db, "merge", [parent])
+    page = dashboard().get("/jobs?status=waiting").text
+    assert re.findall(r'<tr data-job-id="(\d+)"', page) == [str(child)]
+    assert '<option value="waiting" selected>' in page
+    assert '<span class="badge badge-waiting">waiting</span>' in page and "after its parents" in page
+
+
+def test_job_page_lists_parents_and_children_and_what_a_waiting_job_waits_for(
+        dashboard: Client, pgq_queue: Queue, db: SQL) -> None:
+    fetch_a, fetch_b = pgq_queue.enqueue("fetch"), pgq_queue.enqueue("fetch")
+    merge = enqueue_after(db, "merge", [fetch_a, fetch_b])
+    report = enqueue_after(db, "report", [merge], run=True)
+    [claim] = pgq_queue.claim(worker="w")
+    pgq_queue.complete(claim)  # fetch_a
+    client = dashboard()
+
+    page = client.get(f"/jobs/{merge}").text
+    waits = re.search(r'data-field="waits-for">(.*?)</span>', page, re.S)
+    assert waits and html.unescape(re.sub(r"<[^>]+>", "", waits.group(1))) == (
+        f"waiting for 1 of 2 parent jobs: job {fetch_b}")
+    assert f'<a href="/jobs/{fetch_b}">{fetch_b}</a>' in waits.group(1)
+    parents = re.search(r'<table class="table" id="parents">(.*?)</table>', page, re.S)
+    children = re.search(r'<table class="table" id="children">(.*?)</table>', page, re.S)
+    assert parents and children
+    rows = re.findall(r'<tr data-job-id="(\d+)">(.*?)</tr>', parents.group(1), re.S)
+    assert [int(i) for i, _ in rows] == [fetch_a, fetch_b]
+    assert f'<a href="/jobs/{fetch_a}">' in rows[0][1] and "badge-succeeded" in rows[0][1]
+    assert "badge-queued" in rows[1][1] and "not finished" in rows[1][1] and "to succeed" in rows[1][1]
+    assert f'<a href="/jobs/{report}">' in children.group(1) and "badge-waiting" in children.group(1)
+    assert "to finish" in children.group(1)
+    assert 'id="cancel-job"' in page and "the jobs that need it to succeed are cancelled with it" in page
+
+    of_report = client.get(f"/jobs/{report}").text
+    assert 'id="children"' not in of_report and "None: no job waits for it." in of_report
+    plain = client.get(f"/jobs/{pgq_queue.enqueue('plain')}").text
+    assert 'id="dependencies"' not in plain and "waits-for" not in plain
+    fragment = client.get(f"/jobs/{merge}", headers=LIVE).text
+    assert "<html" not in fragment and 'id="parents"' in fragment
+
+
+def test_job_page_says_how_many_dependencies_it_left_out(dashboard: Client, pgq_queue: Queue, db: SQL,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(queries, "DEPENDENCIES_SHOWN", 2)
+    parents = pgq_queue.enqueue_many([{"kind": "part"}] * 7)
+    callback = enqueue_after(db, "callback", parents, run=True)
+    for claim in pgq_queue.claim(worker="w", limit=3):
+        pgq_queue.complete(claim)
+    parent_purged = parents[0]
+    db("DELETE FROM pgq.jobs WHERE id = %s", [parent_purged])
+
+    page = dashboard().get(f"/jobs/{callback}").text
+    waits = re.search(r'data-field="waits-for">(.*?)</span>', page, re.S)
+    assert waits and waits.group(1) == "waiting for 4 of 7 parent jobs"  # none of the two listed
+    assert "and 5 more: <code>SELECT * FROM pgq.job_dependencies WHERE job_id = " in page
+    row = re.search(rf'<tr data-job-id="{parent_purged}">(.*?)</tr>', page, re.S)
+    assert row and f'href="/jobs/{parent_purged}"' not in row.group(1) and ">deleted</span>" in row.group(1)
+    assert "succeeded" in row.group(1)  # its recorded outcome stays
+
+
 def test_schedules_page_with_an_app(dashboard: Client, pgq_dsn: str) -> None:
     app = pgq.App(pgq_dsn)
 
@@ -101,7 +184,7 @@ def test_workers_and_limits_pages(dashboard: Client, pgq_queue: Queue) -> None:
 
 def test_pages_say_when_there_is_nothing(dashboard: Client) -> None:
     client = dashboard()
-    assert "No queue holds queued or running jobs" in client.get("/").text
+    assert "No queue holds waiting, queued or running jobs" in client.get("/").text
     assert "No worker holds a job right now" in client.get("/workers").text
     assert "No concurrency limit is set" in client.get("/limits").text
     assert "No job matches." in client.get("/jobs").text

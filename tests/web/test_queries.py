@@ -8,12 +8,12 @@ import datetime as dt
 from typing import Any, TypeVar
 
 import pgq
-from pgq import Queue
+from pgq import Queue, _sql
 from pgq._ops import Operation
 from pgq.models import JobStatus
 from pgq.web import queries
 from pgq.web.dashboard import Dashboard, Settings
-from tests.conftest import SQL
+from tests.conftest import SQL, enqueue_after
 
 T = TypeVar("T")
 
@@ -64,6 +64,25 @@ def test_the_chart_counts_jobs_in_the_minutes_of_the_database_clock(pgq_dsn: str
     assert (queues["a"].succeeded, queues["a"].failed, queues["a"].cancelled) == (2, 1, 1)
     assert queues["b"].succeeded == 1 and sum(queues["b"].per_minute) == 1
     assert sum(queues["a"].failed_per_minute) == 1
+
+
+def test_the_queues_read_waiting_jobs_through_their_index_never_the_finished_ones(pgq_dsn: str, pgq_queue: Queue,
+                                                                                  db: SQL) -> None:
+    db("""
+        INSERT INTO pgq.jobs (queue, kind, status, started_at, finished_at, attempts)
+        SELECT 'q' || (g % 3), 'k', 'succeeded', now() - interval '2 h', now() - interval '2 h', 1
+        FROM generate_series(1, 50000) g
+    """)
+    parent = pgq_queue.enqueue("fetch", queue="q0")
+    enqueue_after(db, "merge", [parent], queue="q0")
+    enqueue_after(db, "merge", [parent], queue="only-waiting")
+    db("ANALYZE pgq.jobs")
+
+    plan = "\n".join(r["QUERY PLAN"] for r in db("EXPLAIN " + _sql.query("dashboard_queues")))
+    assert "Seq Scan on jobs" not in plan and "jobs_waiting_idx" in plan, plan
+    queues = {q.name: q for q in read(pgq_dsn, queries.overview()).queues}
+    assert (queues["q0"].waiting, queues["q0"].ready) == (1, 1)
+    assert (queues["only-waiting"].waiting, queues["only-waiting"].ready) == (1, 0)
 
 
 def test_a_busy_hour_is_counted_from_its_newest_jobs_up_to_the_cap(pgq_dsn: str, pgq_queue: Queue, db: SQL) -> None:

@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 from pgq import Queue
 from pgq.web import create_app
 from pgq.web.security import Csrf
-from tests.conftest import SQL
+from tests.conftest import SQL, enqueue_after
 
 from .conftest import Client, Roles, basic, csrf_token
 
@@ -76,6 +76,21 @@ def test_hostile_job_data_is_escaped_on_every_page(dashboard: Client, pgq_queue:
     assert "&lt;script&gt;alert(" in job_page and "&lt;/pre&gt;" in job_page
     listed = client.get("/jobs?status=failed").text
     assert "&lt;img src=x onerror=alert(1)&gt;" in listed and "&lt;script&gt;" in listed
+
+
+def test_hostile_kinds_are_escaped_in_parents_children_and_waiting_counts(dashboard: Client, pgq_queue: Queue,
+                                                                         db: SQL) -> None:
+    parent = pgq_queue.enqueue(HOSTILE, queue="<img src=x onerror=alert(1)>")
+    child = enqueue_after(db, "<img src=x onerror=alert(5)>", [parent], queue="<img src=x onerror=alert(1)>")
+    grandchild = enqueue_after(db, HOSTILE, [child], queue="<iframe src=javascript:alert(6)>", run=True)
+    client = dashboard()
+    for path in ["/", f"/jobs/{parent}", f"/jobs/{child}", f"/jobs/{grandchild}", "/jobs?status=waiting"]:
+        response = client.get(path)
+        assert response.status_code == 200, path
+        assert_inert(response.text)
+    page = client.get(f"/jobs/{child}").text
+    assert page.count("&lt;script&gt;alert(&#39;pgq&#39;)&lt;/script&gt;") >= 2  # the parent's and the child's
+    assert 'data-queue="&lt;iframe src=javascript:alert(6)&gt;"' in client.get("/").text
 
 
 def test_hostile_input_in_urls_is_escaped_on_error_pages(dashboard: Client) -> None:
