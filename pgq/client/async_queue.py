@@ -336,11 +336,12 @@ class AsyncQueue:
         return await self._run(_ops.rescue_expired())
 
     async def cancel(self, job_id: int) -> Job:
-        """Cancel a queued or running job; returns it (status `cancelled`, never retried). Raises
-        NotFound, or InvalidState when the job already finished. A running job's worker is told in
-        the same transaction (NOTIFY on channel pgq_cancel; without LISTEN, its next lease check) and
-        stops the handler: an async handler gets CancelledError, a sync one sees
-        `pgq.cancel_requested()` turn True. Whatever the handler returns then is discarded.
+        """Cancel a waiting, queued or running job; returns it (status `cancelled`, never retried).
+        Raises NotFound, or InvalidState when the job already finished. A running job's worker is
+        told in the same transaction (NOTIFY on channel pgq_cancel; without LISTEN, its next lease
+        check) and stops the handler: an async handler gets CancelledError, a sync one sees
+        `pgq.cancel_requested()` turn True. Whatever the handler returns then is discarded. Jobs
+        that depend on it and need it to succeed are cancelled with it (see `enqueue`).
         """
         return await self._run(_ops.cancel(job_id))
 
