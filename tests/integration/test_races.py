@@ -249,3 +249,53 @@ def test_the_transaction_guard_stays_inside_pgqs_own_transactions(pgq_dsn: str, 
         assert conn.execute(settings).fetchone() == ("0", "on")
         conn.rollback()
 
+
+
+def test_an_enqueue_never_deadlocks_with_a_batch_acknowledgement_of_its_parents(pgq_dsn: str, db: SQL) -> None:
+    # An acknowledgement locks the jobs of its batch in its plan's order, here the order they
+    # finished in: P2, X, P1. A third session holds X, so the acknowledgement stops holding P2 while
+    # an enqueue of a child of P1 and P2 starts. Had the enqueue taken P1 and waited for P2, the
+    # acknowledgement would wait for P1 once X is free: a deadlock, which PostgreSQL breaks after a
+    # second by failing one side (the enqueue raised DeadlockDetected). It takes both or neither.
+    with Queue(pgq_dsn) as queue:
+        p1, p2, x = queue.enqueue_many([JobSpec("parent") for _ in range(3)])
+        claims = {c.id: c for c in queue.claim(worker="t", limit=3, lease=60)}
+        assert sorted(claims) == [p1, p2, x]
+        holder = psycopg.connect(pgq_dsn)
+        holder.execute("SELECT 1 FROM pgq.jobs WHERE id = %s FOR NO KEY UPDATE", [x])
+        errors: list[BaseException] = []
+        child: list[int] = []
+
+        def blocked(statement: str) -> bool:
+            return bool(db("SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() "
+                           "AND state = 'active' AND wait_event_type IN ('Lock', 'Timeout') AND query LIKE %s",
+                           [f"-- {statement}:%"])[0]["n"])
+
+        def ack() -> None:
+            try:
+                with Queue(pgq_dsn, max_size=1) as acker:
+                    acker.complete_many([(claims[p2], None), (claims[x], None), (claims[p1], None)])
+            except BaseException as exc:
+                errors.append(exc)
+
+        def enqueue() -> None:
+            try:
+                with Queue(pgq_dsn, max_size=1) as producer:
+                    child.append(producer.enqueue("child", depends_on=[p1, p2]))
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=ack), threading.Thread(target=enqueue)]
+        try:
+            threads[0].start()
+            wait_for(lambda: blocked("job_complete"), 10, "the acknowledgement to wait for X")
+            threads[1].start()
+            wait_for(lambda: blocked("job_enqueue_after") or errors, 10, "the enqueue to wait for a parent")
+        finally:
+            holder.rollback()
+            holder.close()
+            for t in threads:
+                t.join(30)
+        assert not errors, errors
+        assert [r["status"] for r in db("SELECT status::text FROM pgq.jobs WHERE id = ANY(%s) ORDER BY id",
+                                        [[p1, p2, x, *child]])] == ["succeeded", "succeeded", "succeeded", "queued"]
