@@ -132,3 +132,15 @@ if os.environ.get("PGQ_TEST_PERIODIC") == "1":
     def tick() -> None:
         """Record every tick's run."""
         record()
+
+
+# -- workflows (tests/worker/test_workflow_dag.py, test_follow_ups.py) ------------------------------
+
+
+@app.task(name="doomed_root", queue="work")
+def doomed_root(n: int, ms: float) -> None:
+    """Work `ms` milliseconds, record the side effect (as `chaos`), then fail for good: a parent whose
+    dependents are cancelled."""
+    time.sleep(ms / 1000)
+    record(n, "effect")
+    raise pgq.PermanentFailure(f"node {n} fails for good")
