@@ -31,11 +31,20 @@ class Arm:
     result bigger than the server's send buffer is then cut before the statement's implicit
     transaction committed: it rolls back); "after" forwards it, holds back the server's answer until
     the server says it is ready for the next query (the statement committed), and cuts then, so the
-    client never sees the answer. Fires `times` times; `fired` counts, `event` is set at each."""
+    client never sees the answer. Fires `times` times; `fired` counts, `event` is set at each.
+
+    `at_commit`: the statement containing `marker` only picks the transaction (one opened by BEGIN on
+    that connection); the cut, `phase` as above, is made at that transaction's COMMIT: "before" drops
+    the COMMIT (the server rolls the transaction back), "after" lets it commit and keeps the answer
+    from the client. A ROLLBACK instead puts the arm back for the next transaction. `then_stall`:
+    once it fired, stall every connection (as `FaultProxy.stall`) until `resume()`, so that the
+    client can do nothing more, not even retry on a new connection, until the test says so."""
 
     marker: str
     phase: Literal["before", "during", "after"]
     times: int = 1
+    at_commit: bool = False
+    then_stall: bool = False
     fired: int = 0
     statements: list[str] = field(default_factory=list)  # the first line of each statement it cut
     event: threading.Event = field(default_factory=threading.Event)
@@ -61,6 +70,8 @@ class _Stream:
         self._buf = b""
         self._started = False
         self._prepared: dict[str, str] = {}
+        self.in_transaction = False  # between a BEGIN and its COMMIT or ROLLBACK
+        self.commit_arm: Arm | None = None  # an `at_commit` arm waiting for this transaction's end
 
     def feed(self, data: bytes) -> list[str]:
         """Add `data`; return the texts of the statements whose execution request completed in it."""
@@ -125,9 +136,11 @@ class FaultProxy:
         """A DSN for database `dbname` through the proxy (no TLS: the proxy reads the protocol)."""
         return f"postgresql://{user}@127.0.0.1:{self.port}/{dbname}?sslmode=disable&gssencmode=disable"
 
-    def arm(self, marker: str, phase: Literal["before", "during", "after"], times: int = 1) -> Arm:
-        """Cut the connection that next executes a statement containing `marker` (see `Arm`)."""
-        armed = Arm(marker, phase, times)
+    def arm(self, marker: str, phase: Literal["before", "during", "after"], times: int = 1, *,
+            at_commit: bool = False, then_stall: bool = False) -> Arm:
+        """Cut the connection that next executes a statement containing `marker`, or with `at_commit`
+        at the COMMIT of the transaction that executes it (see `Arm`)."""
+        armed = Arm(marker, phase, times, at_commit, then_stall)
         self._call(lambda: self._arms.append(armed))
         return armed
 
@@ -239,8 +252,8 @@ class FaultProxy:
                 await self._flowing.wait()
                 if self._dropping:
                     continue
-                if stream is not None and self._arms:
-                    fire = self._armed(stream.feed(data))
+                if stream is not None and (self._arms or stream.commit_arm is not None):
+                    fire = self._armed(stream.feed(data), stream)
                     if fire is not None and fire.phase == "before":
                         self._fire(fire, pair)
                         return
@@ -259,20 +272,43 @@ class FaultProxy:
         with contextlib.suppress(Exception):
             writer.transport.abort()
 
-    def _armed(self, texts: list[str]) -> Arm | None:
+    def _armed(self, texts: list[str], stream: _Stream) -> Arm | None:
         for text in texts:
+            word = text.split(None, 1)[0].rstrip(";").upper() if text.strip() else ""
+            if word in ("BEGIN", "START"):
+                stream.in_transaction = True
+            elif word in ("COMMIT", "END", "ROLLBACK", "ABORT"):
+                stream.in_transaction = False
+                waiting, stream.commit_arm = stream.commit_arm, None
+                if waiting is not None and word in ("COMMIT", "END"):
+                    return self._count(waiting, text)
+                if waiting is not None:
+                    self._arms.append(waiting)  # rolled back: wait for the marker again
             for armed in self._arms:
-                if armed.marker in text:
-                    armed.fired += 1
-                    armed.statements.append(text.strip().splitlines()[0] if text.strip() else "")
-                    if armed.fired >= armed.times:
+                if armed.marker not in text:
+                    continue
+                if not armed.at_commit:
+                    if armed.fired + 1 >= armed.times:
                         self._arms.remove(armed)
-                    return armed
+                    return self._count(armed, text)
+                if stream.in_transaction and stream.commit_arm is None:
+                    self._arms.remove(armed)  # this transaction's, until its end
+                    stream.commit_arm = armed
+                    break
         return None
+
+    def _count(self, armed: Arm, text: str) -> Arm:
+        armed.fired += 1
+        armed.statements.append(text.strip().splitlines()[0] if text.strip() else "")
+        if armed.at_commit and armed.fired < armed.times:
+            self._arms.append(armed)
+        return armed
 
     def _fire(self, armed: Arm, pair: tuple[asyncio.StreamWriter, asyncio.StreamWriter]) -> None:
         for w in pair:
             w.transport.abort()
         self._pairs.discard(pair)
         self.cuts += 1
+        if armed.then_stall:
+            self._flowing.clear()
         armed.event.set()

@@ -26,6 +26,7 @@ def main() -> None:
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--listen-dsn", default=None)
     parser.add_argument("--io-timeout", type=float, default=None)
+    parser.add_argument("--ack-delay", type=float, default=None, help="default: the worker's")
     args = parser.parse_args()
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
@@ -34,6 +35,7 @@ def main() -> None:
         queues=args.queues, concurrency=args.concurrency, lease=args.lease, poll_interval=args.poll_interval,
         drain_timeout=args.drain_timeout, claimed_by=args.name, rescue_interval=args.rescue_interval,
         listen_dsn=args.listen_dsn, io_timeout=args.io_timeout,
+        **({} if args.ack_delay is None else {"ack_delay": args.ack_delay}),
     )
     worker.run()
     logging.getLogger("runner").info("worker exited cleanly")

@@ -28,14 +28,19 @@ _pool: ConnectionPool[Any] | None = None
 _pool_lock = threading.Lock()
 
 
-def record(n: int | None = None, note: str | None = None) -> None:
-    """Insert one row into `effects` for the current job (its id, attempt, lease token, this pid)."""
+def _effects_pool() -> ConnectionPool[Any]:
+    """The handlers' pool of connections to EFFECTS_DSN, opened on first use."""
     global _pool
     with _pool_lock:
         if _pool is None:
             _pool = ConnectionPool(EFFECTS_DSN, min_size=1, max_size=4, kwargs={"autocommit": True}, open=True)
+        return _pool
+
+
+def record(n: int | None = None, note: str | None = None) -> None:
+    """Insert one row into `effects` for the current job (its id, attempt, lease token, this pid)."""
     job = pgq.current_job()
-    with _pool.connection() as conn:
+    with _effects_pool().connection() as conn:
         conn.execute(
             "INSERT INTO effects (job_id, kind, n, attempt, token, pid, note) VALUES (%s, %s, %s, %s, %s, %s, %s)",
             (job.id, job.kind, n, job.attempts, job.lease_token, os.getpid(), note),
@@ -136,6 +141,9 @@ if os.environ.get("PGQ_TEST_PERIODIC") == "1":
 
 # -- workflows (tests/worker/test_workflow_dag.py, test_follow_ups.py) ------------------------------
 
+FOLLOW_UPS = "follow"
+"""The queue of follow-up jobs: no test worker serves it, so they stay queued, to be counted."""
+
 
 @app.task(name="doomed_root", queue="work")
 def doomed_root(n: int, ms: float) -> None:
@@ -144,3 +152,45 @@ def doomed_root(n: int, ms: float) -> None:
     time.sleep(ms / 1000)
     record(n, "effect")
     raise pgq.PermanentFailure(f"node {n} fails for good")
+
+
+def _wait_for_gate(job_id: int, timeout: float = 60.0) -> None:
+    """Block until the test opens this job's gate (an `effects` row with note 'open'), or `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with _effects_pool().connection() as conn:
+            if conn.execute("SELECT 1 FROM effects WHERE job_id = %s AND note = 'open'", (job_id,)).fetchone():
+                return
+        time.sleep(0.02)
+    raise TimeoutError(f"job {job_id}: the test never opened its gate")
+
+
+@app.task(name="with_follow_ups", queue="work", retry=pgq.Backoff(initial=0.1, max_delay=0.2, min_delay=0.1))
+def with_follow_ups(n: int, gate: bool = False, fail_first: bool = False) -> dict[str, Any]:
+    """Record 'started'; with `gate`, wait until the test opens it; ask for three follow-up jobs of kind
+    `follow_up` in queue FOLLOW_UPS (two plain, one with dedupe key `fu:<n>`); raise on the first attempt
+    when `fail_first`; else record the side effect ('effect') and return the lease token (as `chaos`)."""
+    job = pgq.current_job()
+    record(n, "started")
+    if gate:
+        _wait_for_gate(job.id)
+    pgq.after_success("follow_up", {"parent": job.id, "i": 1}, queue=FOLLOW_UPS)
+    pgq.after_success("follow_up", {"parent": job.id, "i": 2}, queue=FOLLOW_UPS, priority=5)
+    pgq.after_success("follow_up", {"parent": job.id, "keyed": True}, queue=FOLLOW_UPS, dedupe_key=f"fu:{n}")
+    if fail_first and job.attempts == 1:
+        raise RuntimeError("the first attempt fails after asking for its follow-ups")
+    record(n, "effect")
+    return {"n": n, "token": str(job.lease_token)}
+
+
+@app.task(name="noted", queue="work", on_success="success_note", on_failure="failure_note",
+          retry=pgq.Backoff(initial=0.05, max_delay=0.05, min_delay=0.05, jitter=0))
+def noted(n: int, fail: bool = False, ms: float = 0.0) -> dict[str, Any]:
+    """Work `ms` milliseconds, record the side effect; raise when `fail` (retried after 50 ms), else
+    return the lease token. Its on_success / on_failure follow-ups are kinds no task runs (queue
+    default, which no test worker serves)."""
+    time.sleep(ms / 1000)
+    record(n, "effect")
+    if fail:
+        raise ValueError(f"noted {n} fails")
+    return {"n": n, "token": str(pgq.current_job().lease_token)}
