@@ -299,3 +299,47 @@ def test_an_enqueue_never_deadlocks_with_a_batch_acknowledgement_of_its_parents(
         assert not errors, errors
         assert [r["status"] for r in db("SELECT status::text FROM pgq.jobs WHERE id = ANY(%s) ORDER BY id",
                                         [[p1, p2, x, *child]])] == ["succeeded", "succeeded", "succeeded", "queued"]
+
+
+def test_two_acknowledgements_releasing_shared_children_never_deadlock(pgq_dsn: str, db: SQL) -> None:
+    # Two batches finish parents A, B and C, D; children P (of A and D), Q (of B and C) and R (of A
+    # and C) each wait for one parent of each batch. Releasing them parent by parent, batch 1 locks
+    # P and R (for A) then Q (for B), batch 2 locks Q and R (for C) then P (for D): with a third
+    # session holding R until both wait for it, batch 1 gets R and waits for Q, which batch 2 holds
+    # while it waits for R, a deadlock that PostgreSQL broke after a second by failing one batch.
+    # A batch must lock all the children it releases in one order.
+    with Queue(pgq_dsn) as queue:
+        a, b, c, d = queue.enqueue_many([JobSpec("parent") for _ in range(4)])
+        p, q, r = (queue.enqueue("child", depends_on=parents) for parents in ([a, d], [b, c], [a, c]))
+        claims = {cl.id: cl for cl in queue.claim(worker="t", limit=4, lease=60)}
+        assert sorted(claims) == [a, b, c, d] and p < q < r
+        holder = psycopg.connect(pgq_dsn)
+        holder.execute("SELECT 1 FROM pgq.jobs WHERE id = %s FOR NO KEY UPDATE", [r])
+        errors: list[BaseException] = []
+
+        def waiting() -> int:
+            return int(db("SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() "
+                          "AND wait_event_type = 'Lock' AND query LIKE '-- job_complete:%%'")[0]["n"])
+
+        def ack(batch: list[int]) -> None:
+            try:
+                with Queue(pgq_dsn, max_size=1) as acker:
+                    acker.complete_many([(claims[i], None) for i in batch])
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=ack, args=([a, b],)), threading.Thread(target=ack, args=([c, d],))]
+        try:
+            threads[0].start()
+            wait_for(lambda: waiting() == 1, 10, "the first batch to wait for R")
+            threads[1].start()
+            wait_for(lambda: waiting() == 2, 10, "the second batch to wait too")
+        finally:
+            holder.rollback()
+            holder.close()
+            for t in threads:
+                t.join(30)
+        assert not errors, errors
+        assert [(row["status"], row["pending_parents"]) for row in db(
+            "SELECT status::text, pending_parents FROM pgq.jobs WHERE id = ANY(%s) ORDER BY id", [[p, q, r]])
+        ] == [("queued", 0)] * 3
