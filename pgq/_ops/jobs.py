@@ -96,13 +96,7 @@ def _enqueue_after_params(specs: Sequence[JobSpec]) -> dict[str, Any]:
             edge_jobs.append(position)
             edge_parents.append(parent)
     return {
-        "kinds": [s.kind for s in specs],
-        "payloads": [s.payload_json for s in specs],
-        "queues": [s.queue for s in specs],
-        "priorities": [s.priority for s in specs],
-        "run_ats": [s.run_at for s in specs],
-        "delays": [s.delay_s for s in specs],
-        "max_attempts": [s.max_attempts for s in specs],
+        **_job_columns(specs),
         "run_on_failure": [s.on_parent_failure == "run" for s in specs],
         "edge_jobs": edge_jobs,
         "edge_parents": edge_parents,
@@ -132,7 +126,9 @@ def _insert_params(specs: Sequence[JobSpec]) -> dict[str, Any]:
     return params
 
 
-def _enqueue_params(specs: Sequence[JobSpec]) -> dict[str, Any]:
+def _job_columns(specs: Sequence[JobSpec]) -> dict[str, Any]:
+    """The arrays of a job's own columns, one element per spec, that pgq.enqueue_many and
+    pgq.enqueue_after both take."""
     return {
         "kinds": [s.kind for s in specs],
         "payloads": [s.payload_json for s in specs],
@@ -140,9 +136,16 @@ def _enqueue_params(specs: Sequence[JobSpec]) -> dict[str, Any]:
         "priorities": [s.priority for s in specs],
         "run_ats": [s.run_at for s in specs],
         "delays": [s.delay_s for s in specs],
+        "max_attempts": [s.max_attempts for s in specs],
+    }
+
+
+def _enqueue_params(specs: Sequence[JobSpec]) -> dict[str, Any]:
+    """Parameters of job_enqueue: the job columns, dedupe keys and watermarks."""
+    return {
+        **_job_columns(specs),
         "dedupe_keys": [s.dedupe_key for s in specs],
         "watermarks": [s.watermark for s in specs],
-        "max_attempts": [s.max_attempts for s in specs],
     }
 
 
