@@ -2,16 +2,20 @@
 -- element per job in each array). pgq.enqueue_many (job_enqueue) gives the same result, but its
 -- PL/pgSQL call, window and extra sorts cost the server about a quarter more per job; dedupe and
 -- watermark rules, which only jobs with a dedupe key need, live there alone. Defaults as in
--- pgq.enqueue_many: run_at now() (or now() + delay), 25 attempts.
+-- pgq.enqueue_many: run_at statement_timestamp() (plus delay), 25 attempts; `limited` when the kind has a
+-- concurrency or rate limit.
 WITH ins AS (
-    INSERT INTO pgq.jobs (kind, payload, queue, priority, run_at, max_attempts, input_watermark)
+    INSERT INTO pgq.jobs (kind, payload, queue, priority, run_at, max_attempts, input_watermark, limited)
     -- A column whose value is the same for the whole batch (kind, queue, priority: usually so) comes
     -- as one scalar with a NULL array, and a column that is NULL for every job as a NULL array: the
     -- client then encodes a few values instead of thousands. unnest pads a NULL array with NULLs.
     SELECT coalesce(i.kind, %(kind)s::text), i.payload::jsonb, coalesce(i.queue, %(queue)s::text),
            coalesce(i.priority, %(priority)s::smallint),
-           coalesce(i.run_at, now() + make_interval(secs => i.delay), now()), coalesce(i.max_attempts, 25),
-           i.watermark
+           coalesce(i.run_at, statement_timestamp() + make_interval(secs => i.delay), statement_timestamp()),
+           coalesce(i.max_attempts, 25), i.watermark,
+           -- Kinds with a limit are claimed through their own index (pgq.claim).
+           coalesce(i.kind, %(kind)s::text) IN (SELECT l.kind FROM pgq.concurrency_limits l
+                                                UNION ALL SELECT r.kind FROM pgq.rate_limits r)
     FROM unnest(%(payloads)b::text[], %(kinds)b::text[], %(queues)b::text[], %(priorities)b::smallint[],
                 %(run_ats)b::timestamptz[], %(delays)b::double precision[], %(watermarks)b::bigint[],
                 %(max_attempts)b::integer[])

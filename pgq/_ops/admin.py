@@ -161,7 +161,9 @@ def purge(older_than: dt.timedelta | float, batch: int | None = None) -> Operati
 
 
 def set_concurrency_limit(kind: str, limit: int | None) -> Operation[None]:
-    """Set (or with None remove) the running-jobs limit of `kind`."""
+    """Set (or with None remove) the running-jobs limit of `kind`. Creating or removing a limit also
+    marks or unmarks the kind's queued jobs (pgq.limits_changed): two statements, not one
+    transaction; a claim corrects any job the second one left out."""
     if not isinstance(kind, str) or not kind:
         raise InvalidJob("kind must be a non-empty str")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
@@ -171,7 +173,10 @@ def set_concurrency_limit(kind: str, limit: int | None) -> Operation[None]:
         if limit is None:
             yield Stmt("concurrency_limit_delete", {"kind": kind}, fetch="none")
         else:
-            yield Stmt("concurrency_limit_set", {"kind": kind, "max_running": limit}, fetch="none")
+            rows = yield Stmt("concurrency_limit_set", {"kind": kind, "max_running": limit}, fetch="tuples")
+            if not rows[0][0]:  # the kind had this limit already: its jobs are marked
+                return
+        yield Stmt("limits_changed", {"kind": kind}, fetch="none")
 
     return Operation("concurrency_limit_set", steps, retry_safe=True)
 
@@ -211,7 +216,11 @@ def set_rate_limit(kind: str, rate: str | tuple[int, float] | None) -> Operation
         if parsed is None:
             yield Stmt("rate_limit_delete", {"kind": kind}, fetch="none")
         else:
-            yield Stmt("rate_limit_set", {"kind": kind, "max_starts": parsed[0], "per_s": parsed[1]}, fetch="none")
+            rows = yield Stmt("rate_limit_set", {"kind": kind, "max_starts": parsed[0], "per_s": parsed[1]},
+                              fetch="tuples")
+            if not rows[0][0]:  # the kind had this limit already: its jobs are marked
+                return
+        yield Stmt("limits_changed", {"kind": kind}, fetch="none")
 
     return Operation("rate_limit_set", steps, retry_safe=True)
 

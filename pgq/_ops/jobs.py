@@ -149,6 +149,13 @@ def _enqueue_params(specs: Sequence[JobSpec]) -> dict[str, Any]:
     }
 
 
+CLAIM_CHUNK = 256
+"""The most jobs one claim statement takes. pgq.claim reserves each row it takes with a
+transaction-level advisory lock, held until the statement ends, and PostgreSQL's lock table is
+shared and finite (max_locks_per_transaction x max_connections entries): a bigger claim is sent as
+several statements, one after the other on the same connection, until one comes back short."""
+
+
 def claim(
     *,
     worker: str,
@@ -157,12 +164,11 @@ def claim(
     limit: int,
     lease: dt.timedelta | float,
 ) -> Operation[list[Claim]]:
-    """Claim up to `limit` ready jobs, honouring concurrency limits exactly. Not retry-safe: a lost
-    reply may hide claims, which are then rescued when their lease expires.
-
-    For one queue the cheap single statement job_claim_fast runs first; when it claims nothing
-    (nothing ready, or some concurrency limit exists) the general claim runs: two statements in one
-    transaction, lock the limits, then claim.
+    """Claim up to `limit` ready jobs of `queues` (all queues when None) and `kinds` (any when None),
+    honouring pauses and concurrency and rate limits exactly; returns them in claim order (priority,
+    run_at, id). One statement per CLAIM_CHUNK jobs (sql/job_claim.sql: pgq.claim), each committed
+    on its own. Not retry-safe: a lost reply may hide claims, which are then rescued when their
+    lease expires.
     """
     lease_s = positive_seconds("lease", lease)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -173,46 +179,22 @@ def claim(
     kind_list = _text_list("kinds", kinds)
     lease_td = dt.timedelta(seconds=lease_s)
 
-    def to_claims(rows: list[tuple[Any, ...]]) -> list[Claim]:
-        # The statements return their rows in claim order (priority, run_at, id) already.
-        return claims_from_tuples(rows, lease_td)
+    def chunk(before: list[Claim]) -> Operation[list[Claim]]:
+        wanted = min(limit - len(before), CLAIM_CHUNK)
 
-    def general(wanted: int) -> Steps[list[Claim]]:
-        locked = yield Stmt("claim_limits_lock", {"kinds": kind_list})
-        rows = yield Stmt(
-            "job_claim",
-            {
-                "queues": queue_list,
-                "kinds": kind_list,
-                "limit": wanted,
-                "lease_s": lease_s,
-                "worker": worker,
-                "limited_kinds": [r["kind"] for r in locked],
-                "limited_max": [r["max_running"] for r in locked],
-                "limited_starts": [r["max_starts"] for r in locked],
-                "limited_per_s": [r["per_s"] for r in locked],
-            },
-            fetch="tuples",
-        )
-        return to_claims(rows)
+        def steps() -> Steps[list[Claim]]:
+            rows = yield Stmt("job_claim", {"queues": queue_list, "kinds": kind_list, "limit": wanted,
+                                            "lease_s": lease_s, "worker": worker}, fetch="tuples")
+            # The statement returns its rows in claim order (priority, run_at, id) already.
+            return before + claims_from_tuples(rows, lease_td)
 
-    def fast() -> Steps[list[Claim]]:
-        assert queue_list is not None
-        rows = yield Stmt("job_claim_fast", {"queue": queue_list[0], "kinds": kind_list, "limit": limit,
-                                             "lease_s": lease_s, "worker": worker}, fetch="tuples")
-        return to_claims(rows)
+        def then(got: list[Claim]) -> Operation[list[Claim]] | None:
+            # A short chunk means nothing more is ready now.
+            return chunk(got) if len(got) - len(before) == wanted and len(got) < limit else None
 
-    def rest(first: list[Claim]) -> Operation[list[Claim]] | None:
-        # Any claim at all proves no limit exists (job_claim_fast claims nothing then): the general
-        # claim could only add jobs that became ready meanwhile, not worth delaying these for.
-        if first:
-            return None
+        return Operation("job_claim", steps, then=then)
 
-        return Operation("job_claim", lambda: general(limit), transaction=True)
-
-    if queue_list is not None and len(queue_list) == 1:
-        return Operation("job_claim", fast, then=rest)
-    return Operation("job_claim", lambda: general(limit), transaction=True)
+    return chunk([])
 
 
 def complete(

@@ -95,7 +95,8 @@ GRANT EXECUTE ON FUNCTION
 
 -- A single job without a dedupe key is one plain INSERT (sql/job_insert_one.sql): the columns of a
 -- job's input only, so status, attempts and lease columns always take their defaults (queued, 0, none).
-GRANT INSERT (kind, payload, queue, priority, run_at, max_attempts, input_watermark) ON pgq.jobs TO {producer};
+GRANT INSERT (kind, payload, queue, priority, run_at, max_attempts, input_watermark, limited)
+    ON pgq.jobs TO {producer};
 -- A worker is a producer too (handlers enqueue, the periodic step enqueues ticks).
 GRANT {producer} TO {worker};
 -- Only the columns that claim, complete, fail, heartbeat, snooze and rescue write (and the progress
@@ -113,5 +114,11 @@ GRANT INSERT, UPDATE (max_running, updated_at) ON pgq.concurrency_limits TO {wor
 -- window of starts (adds this claim's, deletes those that left the window).
 GRANT INSERT, UPDATE (max_starts, per_s, updated_at) ON pgq.rate_limits TO {worker};
 GRANT INSERT, DELETE ON pgq.rate_limit_starts TO {worker};
+-- The claim (SECURITY DEFINER: it reserves, marks and takes rows itself), and the marking of a kind's
+-- jobs after the worker set a limit of a task.
+GRANT EXECUTE ON FUNCTION
+    pgq.claim(text[], text[], integer, double precision, text),
+    pgq.limits_changed(text)
+    TO {worker};
 
 COMMIT;

@@ -168,12 +168,14 @@ def test_watermark_bumps_racing_with_runs_never_overlap_and_end_processed(pgq_ds
 
 
 def _hung_claim(dsn: str, release: threading.Event) -> tuple[threading.Thread, list[BaseException], list[int]]:
-    """A client that runs pgq's general claim (two queues: two statements in one transaction pgq
-    opens) and hangs before its COMMIT until `release` is set, on a connection of its own. Returns
-    its thread, the error it ended with (if any), and its backend pid."""
+    """A client that runs a claim in a transaction pgq opens (as it opens one for an acknowledgement
+    with follow-up jobs, or an enqueue mixing dependencies and dedupe keys) and hangs before its
+    COMMIT until `release` is set, on a connection of its own. Returns its thread, the error it ended
+    with (if any), and its backend pid."""
     outcome: list[BaseException] = []
     pid: list[int] = []
-    claim = _ops.claim(worker="hung", queues=["a", "b"], kinds=None, limit=5, lease=60)
+    claim = dataclasses.replace(_ops.claim(worker="hung", queues=["a", "b"], kinds=None, limit=5, lease=60),
+                                transaction=True)
 
     def hung_steps() -> _ops.Steps[list[Claim]]:
         claims = yield from claim.steps()
@@ -229,7 +231,8 @@ def test_a_transaction_pgq_opened_and_a_hung_client_left_idle_is_ended_freeing_i
 
 
 def test_the_transaction_guard_stays_inside_pgqs_own_transactions(pgq_dsn: str, db: SQL) -> None:
-    claim = _ops.claim(worker="w", queues=["a", "b"], kinds=None, limit=1, lease=60)
+    claim = dataclasses.replace(_ops.claim(worker="w", queues=["a", "b"], kinds=None, limit=1, lease=60),
+                                transaction=True)
     settings = "SELECT current_setting('idle_in_transaction_session_timeout'), current_setting('jit')"
     inside: list[tuple[str, str] | None] = []
     with psycopg.connect(pgq_dsn, autocommit=True) as conn:  # pgq opens (and ends) the transaction

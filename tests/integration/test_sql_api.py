@@ -103,21 +103,23 @@ def test_every_table_view_and_column_is_commented(db: SQL) -> None:
     assert missing == []
 
 
-def test_claim_statement_reads_the_claim_index_not_the_table(pgq_queue: Queue, pgq_dsn: str, db: SQL) -> None:
-    """The real job_claim statement, planned with a backlog: it must stop after `limit` rows of
-    jobs_claim_idx instead of reading (and sorting) every queued job."""
-    from pgq import _sql
-
+def test_claim_reads_the_claim_index_not_the_table(pgq_queue: Queue, pgq_dsn: str, db: SQL) -> None:
+    """pgq.claim's statements, planned with a backlog (and a limit defined on another kind): each
+    must stop after `limit` rows of jobs_claim_idx instead of reading (and sorting) every queued job.
+    Seen through auto_explain's plans of the function's own statements."""
+    pgq_queue.set_concurrency_limit("other", 2)
     pgq_queue.enqueue_many([JobSpec("k", queue="q") for _ in range(5000)])
     pgq_queue.complete_many([(c, None) for c in pgq_queue.claim(worker="w", queues=["q"], limit=1000)])
     db("VACUUM ANALYZE pgq.jobs")
-    params = {"queues": ["q"], "kinds": None, "limit": 16, "lease_s": 60.0, "worker": "w",
-              "limited_kinds": [], "limited_max": [], "limited_starts": [], "limited_per_s": []}
-    with psycopg.connect(pgq_dsn) as conn:
-        rows = conn.execute(b"EXPLAIN " + _sql.query("job_claim").encode(), params).fetchall()
-    plan = "\n".join(r[0] for r in rows)
-    assert "Index Scan using jobs_claim_idx on jobs" in plan, plan
-    assert "Seq Scan on jobs" not in plan, plan
+    with psycopg.connect(pgq_dsn, autocommit=True) as conn:
+        plans = _log_plans(conn, jit=False)
+        conn.execute("SET auto_explain.log_nested_statements = on")
+        claimed = _ops.run_sync(conn, _ops.claim(worker="w", queues=["q"], kinds=None, limit=16, lease=60),
+                                own_transaction=True)
+    assert len(claimed) == 16
+    nested = "\n".join(p for p in plans if "pgq.claim" not in p.split("\n", 2)[1])
+    assert "using jobs_claim_idx on jobs" in nested, plans
+    assert "Seq Scan on jobs" not in nested, plans
     assert JobStatus.QUEUED.value == "queued"
 
 
@@ -150,18 +152,19 @@ def test_acknowledgements_probe_the_primary_key_not_the_running_index(
     assert "Seq Scan on jobs" not in plan, plan
 
 
-def _log_plans(conn: psycopg.Connection[Any]) -> list[str]:
-    """Make the session compile every statement with JIT (thresholds 0) and send each statement's plan
-    to the client (auto_explain at LOG, which the client then receives as a notice); return the list
-    the plans arrive in. Skips when the server has no JIT or auto_explain may not be loaded."""
-    if conn.execute("SELECT pg_jit_available()").fetchone() != (True,):
+def _log_plans(conn: psycopg.Connection[Any], *, jit: bool = True) -> list[str]:
+    """Make the session compile every statement with JIT (thresholds 0; unless `jit` is False) and
+    send each statement's plan to the client (auto_explain at LOG, which the client then receives as
+    a notice); return the list the plans arrive in. Skips when the server has no JIT (with `jit`) or
+    auto_explain may not be loaded."""
+    if jit and conn.execute("SELECT pg_jit_available()").fetchone() != (True,):
         pytest.skip("this server has no JIT (built without LLVM, as the embedded one is)")
     try:
         conn.execute("LOAD 'auto_explain'")
     except psycopg.Error as exc:
         pytest.skip(f"auto_explain cannot be loaded here: {exc}")
-    for setting in ("jit = on", "jit_above_cost = 0", "jit_inline_above_cost = 0", "jit_optimize_above_cost = 0",
-                    "auto_explain.log_min_duration = 0", "client_min_messages = log"):
+    settings = ["jit = on", "jit_above_cost = 0", "jit_inline_above_cost = 0", "jit_optimize_above_cost = 0"]
+    for setting in [*(settings if jit else []), "auto_explain.log_min_duration = 0", "client_min_messages = log"]:
         conn.execute(f"SET {setting}".encode())
     plans: list[str] = []
     conn.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
@@ -173,13 +176,13 @@ def _plans_of(plans: list[str], name: str) -> list[str]:
 
 
 def test_pgqs_own_transactions_compile_nothing_with_jit(pgq_queue: Queue, pgq_dsn: str) -> None:
-    """The general claim's estimated cost grows with the backlog (transaction_guard.sql says why):
-    with 300,000 queued jobs it passed the thresholds at which a server with JIT compiles a statement,
+    """The claim's estimated costs grow with the backlog (transaction_guard.sql says why): with
+    300,000 queued jobs they passed the thresholds at which a server with JIT compiles a statement,
     and each claim of a worker for all queues spent about 250 ms compiling a plan that runs in 2 ms.
     Here the session compiles every statement it runs, as such a server compiles such a claim. The
-    statements pgq runs in transactions of its own (a claim for all queues, another with a
-    concurrency limit, a maintenance run) must show no JIT in their plans; the same statement run
-    outside them shows it, so the check sees JIT where there is any."""
+    statements of pgq.claim (for all queues, with a concurrency limit) and those pgq runs in
+    transactions of its own (a maintenance run) must show no JIT in their plans; the same statement
+    run outside them shows it, so the check sees JIT where there is any."""
     from pgq import _sql
 
     pgq_queue.set_concurrency_limit("limited", 2)
@@ -190,16 +193,21 @@ def test_pgqs_own_transactions_compile_nothing_with_jit(pgq_queue: Queue, pgq_ds
         claimed = _ops.run_sync(conn, claim_all, own_transaction=True)
         assert sorted(c.job.kind for c in claimed) == ["k", "k", "limited", "limited"]
         _ops.run_sync(conn, _ops.rescue_as_leader(1), own_transaction=True)
-        # Every statement after the first, which applies the setting (it is planned before it runs).
-        own = _plans_of(plans, "claim_limits_lock") + _plans_of(plans, "job_claim") + \
-            _plans_of(plans, "job_rescue")
-        assert len(own) == 3 and not [p for p in own if "JIT:" in p], own
+        # The rescue after the first statement, which applies the setting (it is planned before it
+        # runs). The claim is one statement calling pgq.claim, whose estimate does not grow with the
+        # backlog; its own statements run with SET jit = off (below).
+        own = _plans_of(plans, "job_rescue")
+        assert len(own) == 1 and not [p for p in own if "JIT:" in p], own
         plans.clear()
-        params = {"queues": None, "kinds": None, "limit": 16, "lease_s": 60.0, "worker": "w",
-                  "limited_kinds": [], "limited_max": [], "limited_starts": [], "limited_per_s": []}
+        conn.execute("SET auto_explain.log_nested_statements = on")
+        _ops.run_sync(conn, _ops.claim(worker="w", queues=None, kinds=None, limit=16, lease=60),
+                      own_transaction=True)
+        nested = [p for p in plans if "Query Text: -- job_claim:" not in p]
+        assert nested and not [p for p in nested if "JIT:" in p], nested
+        plans.clear()
         with conn.transaction():  # the caller's transaction: its settings, not pgq's
-            conn.execute(_sql.query("job_claim"), params)
-        [outside] = _plans_of(plans, "job_claim")
+            conn.execute(_sql.query("job_rescue"), {"limit": 10})
+        [outside] = _plans_of(plans, "job_rescue")
         assert "JIT:" in outside, outside
 
 

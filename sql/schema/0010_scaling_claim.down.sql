@@ -1,0 +1,248 @@
+-- Reverts revision 0010: the claim is the two query files again (job_claim_fast, claim_limits_lock +
+-- job_claim, restored by the code of that revision), limits mark no jobs, enqueues count from now(),
+-- keyed batches insert in input order.
+DROP FUNCTION pgq.claim(text[], text[], integer, double precision, text);
+DROP FUNCTION pgq.limits_changed(text);
+DROP INDEX pgq.jobs_claim_limited_idx;
+DROP INDEX pgq.jobs_claim_idx;
+CREATE INDEX jobs_claim_idx ON pgq.jobs (queue, priority, run_at, id) WHERE status = 'queued';
+ALTER TABLE pgq.jobs ALTER COLUMN run_at SET DEFAULT now();
+
+-- Revision 0005's pgq.enqueue_many and revision 0008's pgq.enqueue_after, as they were.
+CREATE OR REPLACE FUNCTION pgq.enqueue_many(
+    kinds         text[],
+    payloads      jsonb[],
+    queues        text[],
+    priorities    smallint[],
+    run_ats       timestamptz[],
+    delays        double precision[],
+    dedupe_keys   text[],
+    watermarks    bigint[],
+    max_attempts  integer[]
+) RETURNS TABLE (ord bigint, id bigint)
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF cardinality(array_remove(dedupe_keys, NULL)) = 0 THEN
+        -- No job carries a dedupe key: a plain insert. Ids come from the sequence in input order
+        -- (ORDER BY ord), so sorting the returned ids restores the caller's order.
+        RETURN QUERY
+        WITH ins AS (
+            INSERT INTO pgq.jobs (kind, payload, queue, priority, run_at, max_attempts, input_watermark)
+            SELECT i.kind, coalesce(i.payload, '{}'), coalesce(i.queue, 'default'), coalesce(i.priority, 0),
+                   coalesce(i.run_at, now() + make_interval(secs => i.delay), now()),
+                   coalesce(i.max_attempts, 25), i.watermark
+            FROM unnest(kinds, payloads, queues, priorities, run_ats, delays, watermarks, max_attempts)
+                 WITH ORDINALITY AS i(kind, payload, queue, priority, run_at, delay, watermark, max_attempts, ord)
+            ORDER BY i.ord
+            RETURNING pgq.jobs.id
+        )
+        SELECT row_number() OVER (ORDER BY ins.id), ins.id FROM ins;
+    ELSE
+        IF cardinality(array_remove(watermarks, NULL)) > 0 THEN
+            -- Wait for any acknowledgement in flight of an active job holding one of these keys, and
+            -- keep new ones out until this transaction ends: lock those rows first, in id order (the
+            -- order job_complete locks them), then decide in the statement below, whose snapshot is
+            -- newer than the lock. Without this, a run finishing between that statement's snapshot
+            -- and its insert freed the key unseen: the insert then created a second run of input
+            -- the finished run had already processed (its watermark was not yet in key_watermarks).
+            PERFORM 1
+            FROM pgq.jobs j
+            JOIN (SELECT DISTINCT coalesce(i.queue, 'default') AS queue, i.dedupe_key
+                  FROM unnest(queues, dedupe_keys) AS i(queue, dedupe_key)
+                  WHERE i.dedupe_key IS NOT NULL) k
+              ON j.queue = k.queue AND j.dedupe_key = k.dedupe_key
+            WHERE j.status IN ('queued', 'running')
+            ORDER BY j.id
+            FOR UPDATE OF j;
+        END IF;
+        RETURN QUERY
+        WITH input AS (
+            -- Every input row reserves an id up front, so a row keeps a stable id whatever the
+            -- dedupe below decides (a reserved id that is not used leaves a gap, as rollbacks do).
+            SELECT i.ord, nextval(pg_get_serial_sequence('pgq.jobs', 'id')) AS id,
+                   i.kind, coalesce(i.payload, '{}') AS payload, coalesce(i.queue, 'default') AS queue,
+                   coalesce(i.priority, 0)::smallint AS priority,
+                   coalesce(i.run_at, now() + make_interval(secs => i.delay), now()) AS run_at,
+                   i.dedupe_key, i.watermark, coalesce(i.max_attempts, 25) AS max_attempts
+            FROM unnest(kinds, payloads, queues, priorities, run_ats, delays, dedupe_keys, watermarks,
+                        max_attempts)
+                 WITH ORDINALITY AS i(kind, payload, queue, priority, run_at, delay, dedupe_key, watermark,
+                                      max_attempts, ord)
+        ),
+        keyed AS (
+            -- One representative per (queue, key) in this call: ON CONFLICT may touch a row only
+            -- once per statement. It carries the highest watermark given for the key.
+            SELECT DISTINCT ON (k.queue, k.dedupe_key) k.ord, k.id, k.kind, k.payload, k.queue, k.priority,
+                   k.run_at, k.dedupe_key,
+                   max(k.watermark) OVER (PARTITION BY k.queue, k.dedupe_key) AS watermark, k.max_attempts
+            FROM input k
+            WHERE k.dedupe_key IS NOT NULL
+            ORDER BY k.queue, k.dedupe_key, k.ord
+        ),
+        processed AS (
+            -- Input a successful run already covered: enqueue nothing, answer with that run's job.
+            SELECT k.queue, k.dedupe_key, w.job_id
+            FROM keyed k
+            JOIN pgq.key_watermarks w ON w.queue = k.queue AND w.dedupe_key = k.dedupe_key
+            WHERE k.watermark IS NOT NULL AND w.done_watermark >= k.watermark
+        ),
+        ins AS (
+            INSERT INTO pgq.jobs AS j (id, kind, payload, queue, priority, run_at, dedupe_key,
+                                       input_watermark, max_attempts)
+            SELECT n.id, n.kind, n.payload, n.queue, n.priority, n.run_at, n.dedupe_key, n.watermark,
+                   n.max_attempts
+            FROM (
+                SELECT u.ord, u.id, u.kind, u.payload, u.queue, u.priority, u.run_at, u.dedupe_key,
+                       u.watermark, u.max_attempts
+                FROM input u WHERE u.dedupe_key IS NULL
+                UNION ALL
+                SELECT k.ord, k.id, k.kind, k.payload, k.queue, k.priority, k.run_at, k.dedupe_key,
+                       k.watermark, k.max_attempts
+                FROM keyed k
+                WHERE NOT EXISTS (SELECT 1 FROM processed p
+                                  WHERE p.queue = k.queue AND p.dedupe_key = k.dedupe_key)
+            ) n
+            ORDER BY n.ord
+            -- An active job holds the key: keep it, and raise its input watermark monotonically.
+            -- If it is running, the raised watermark makes its completion re-queue it (dirty re-run).
+            ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('queued', 'running')
+            DO UPDATE SET input_watermark = greatest(j.input_watermark, excluded.input_watermark)
+            RETURNING j.id, j.queue, j.dedupe_key
+        )
+        SELECT u.ord,
+               CASE WHEN u.dedupe_key IS NULL THEN u.id
+                    ELSE coalesce(
+                        (SELECT p.job_id FROM processed p WHERE p.queue = u.queue AND p.dedupe_key = u.dedupe_key),
+                        (SELECT r.id FROM ins r WHERE r.queue = u.queue AND r.dedupe_key = u.dedupe_key))
+               END
+        FROM input u
+        ORDER BY u.ord;
+    END IF;
+
+    -- Wake idle workers: one notification per queue. Postgres also folds identical notifications
+    -- of one transaction into one, so a batch of 100,000 jobs sends a handful of short messages.
+    -- A queue name too long for a NOTIFY payload (8000 bytes) wakes every worker ('*').
+    PERFORM pg_notify('pgq', CASE WHEN octet_length(q.queue) <= 1000 THEN q.queue ELSE '*' END)
+    FROM (SELECT DISTINCT coalesce(x, 'default') AS queue FROM unnest(queues) AS x) q;
+END;
+$fn$;
+
+
+CREATE OR REPLACE FUNCTION pgq.enqueue_after(
+    kinds          text[],
+    payloads       jsonb[],
+    queues         text[],
+    priorities     smallint[],
+    run_ats        timestamptz[],
+    delays         double precision[],
+    max_attempts   integer[],
+    run_on_failure boolean[],
+    edge_jobs      integer[],
+    edge_parents   bigint[]
+) RETURNS TABLE (ord bigint, id bigint)
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    missing bigint;
+    tries integer := 0;  -- LOCK_TRIES: 50, about half a second of pauses
+BEGIN
+    IF cardinality(edge_jobs) IS DISTINCT FROM cardinality(edge_parents) THEN
+        RAISE EXCEPTION 'pgq.enqueue_after: edge_jobs and edge_parents differ in length'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- The parents, all at once or none: NOWAIT in a subtransaction, whose failure releases the
+    -- locks it took; then a pause holding none, and again (why: sql/schema/0008_workflow_locks.up.sql). After LOCK_TRIES tries
+    -- it waits like any lock, so that a circle through the caller's own transaction (parents it
+    -- locked in an earlier call) is still found and broken by PostgreSQL.
+    IF cardinality(edge_parents) > 0 THEN
+        LOOP
+            BEGIN
+                IF tries < 50 THEN
+                    PERFORM 1 FROM pgq.jobs j
+                    WHERE j.id IN (SELECT DISTINCT p FROM unnest(edge_parents) AS p)
+                    ORDER BY j.id
+                    FOR NO KEY UPDATE OF j NOWAIT;
+                ELSE
+                    PERFORM 1 FROM pgq.jobs j
+                    WHERE j.id IN (SELECT DISTINCT p FROM unnest(edge_parents) AS p)
+                    ORDER BY j.id
+                    FOR NO KEY UPDATE OF j;
+                END IF;
+                EXIT;
+            EXCEPTION WHEN lock_not_available THEN
+                tries := tries + 1;
+                PERFORM pg_sleep(0.001 * least(tries, 10));
+            END;
+        END LOOP;
+    END IF;
+    SELECT p INTO missing FROM unnest(edge_parents) AS p
+    WHERE NOT EXISTS (SELECT 1 FROM pgq.jobs j WHERE j.id = p) LIMIT 1;
+    IF missing IS NOT NULL THEN
+        RAISE EXCEPTION 'depends_on: there is no job % (never enqueued, or purged)', missing
+            USING ERRCODE = 'foreign_key_violation';
+    END IF;
+    -- Unfinished parents learn that their finish matters (the release trigger's WHEN clause).
+    UPDATE pgq.jobs j SET has_dependents = true
+    WHERE j.id IN (SELECT DISTINCT p FROM unnest(edge_parents) AS p)
+      AND j.status IN ('waiting', 'queued', 'running') AND j.has_dependents IS NOT TRUE;
+
+    RETURN QUERY
+    WITH input AS (
+        SELECT i.ord, nextval(pg_get_serial_sequence('pgq.jobs', 'id')) AS id, i.kind,
+               coalesce(i.payload, '{}') AS payload, coalesce(i.queue, 'default') AS queue,
+               coalesce(i.priority, 0)::smallint AS priority,
+               coalesce(i.run_at, now() + make_interval(secs => i.delay), now()) AS run_at,
+               coalesce(i.max_attempts, 25) AS max_attempts, coalesce(i.run_on_failure, false) AS run_on_failure
+        FROM unnest(kinds, payloads, queues, priorities, run_ats, delays, max_attempts, run_on_failure)
+             WITH ORDINALITY AS i(kind, payload, queue, priority, run_at, delay, max_attempts, run_on_failure, ord)
+    ),
+    edges AS (
+        SELECT DISTINCT e.ord, e.parent_id, p.status AS parent_status
+        FROM unnest(edge_jobs, edge_parents) AS e(ord, parent_id)
+        JOIN pgq.jobs p ON p.id = e.parent_id
+    ),
+    state AS (
+        SELECT u.ord,
+               count(e.parent_id) FILTER (WHERE e.parent_status IN ('waiting', 'queued', 'running')) AS pending,
+               min(e.parent_id) FILTER (WHERE e.parent_status IN ('failed', 'cancelled')
+                                          AND NOT u.run_on_failure) AS doomed_by
+        FROM input u
+        LEFT JOIN edges e ON e.ord = u.ord
+        GROUP BY u.ord
+    ),
+    ins AS (
+        INSERT INTO pgq.jobs (id, kind, payload, queue, priority, run_at, max_attempts, status,
+                              pending_parents, finished_at, last_error)
+        SELECT u.id, u.kind, u.payload, u.queue, u.priority, u.run_at, u.max_attempts,
+               CASE WHEN s.doomed_by IS NOT NULL THEN 'cancelled'
+                    WHEN s.pending > 0 THEN 'waiting' ELSE 'queued' END::pgq.job_status,
+               s.pending,
+               CASE WHEN s.doomed_by IS NOT NULL THEN now() END,
+               CASE WHEN s.doomed_by IS NOT NULL THEN
+                   format('parent job %s %s', s.doomed_by,
+                          (SELECT e.parent_status FROM edges e WHERE e.ord = u.ord AND e.parent_id = s.doomed_by))
+               END
+        FROM input u JOIN state s ON s.ord = u.ord
+        ORDER BY u.ord
+        RETURNING pgq.jobs.id, pgq.jobs.queue, pgq.jobs.status
+    ),
+    deps AS (
+        INSERT INTO pgq.job_dependencies (job_id, parent_id, needs_success, parent_outcome)
+        SELECT u.id, e.parent_id, NOT u.run_on_failure,
+               CASE WHEN e.parent_status IN ('succeeded', 'failed', 'cancelled') THEN e.parent_status END
+        FROM edges e JOIN input u ON u.ord = e.ord
+    ),
+    woke AS (
+        SELECT count(pg_notify('pgq', CASE WHEN octet_length(q.queue) <= 1000 THEN q.queue ELSE '*' END)) AS n
+        FROM (SELECT DISTINCT r.queue FROM ins r WHERE r.status = 'queued') q
+    )
+    SELECT u.ord, u.id FROM input u, woke ORDER BY u.ord;
+END;
+$fn$;
+
+
+
+ALTER TABLE pgq.jobs DROP COLUMN limited;
