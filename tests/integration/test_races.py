@@ -445,3 +445,45 @@ def test_parents_failing_at_once_in_a_random_graph_cancel_all_they_doom_without_
         if expected[child] != "cancelled":
             assert pending[child] == unfinished, child
     assert status == expected
+
+
+def test_retrying_a_cancelled_child_while_its_last_parent_succeeds_never_leaves_it_stale(
+        pgq_dsn: str, db: SQL) -> None:
+    # C depends on P and R; P failed and cancelled C; R runs. One connection completes R while
+    # another retries C, at one barrier, 30 times. Whichever commits first, C ends queued with no
+    # parent pending and R's outcome on its edge: never waiting for a parent that already finished
+    # (retry counted R as running from a snapshot taken before R's completion committed), never
+    # queued with R's edge open.
+    with Queue(pgq_dsn) as queue:
+        rounds = []
+        for _ in range(30):
+            p = queue.enqueue("fetch", max_attempts=1)
+            r = queue.enqueue("other")
+            c = queue.enqueue("merge", depends_on=[p, r])
+            rounds.append((p, r, c))
+        fetches = {cl.id: cl for cl in queue.claim(worker="t", kinds=["fetch"], limit=30, lease=60)}
+        queue.fail_many([(fetches[p], "boom") for p, _, _ in rounds])
+        others = {cl.id: cl for cl in queue.claim(worker="t", kinds=["other"], limit=30, lease=60)}
+        assert len(fetches) == len(others) == 30
+        with Queue(pgq_dsn, max_size=1) as acker, Queue(pgq_dsn, max_size=1) as admin:
+            acker.get(rounds[0][0])
+            admin.get(rounds[0][0])
+            for _, r, c in rounds:
+                assert admin.get(c).status is JobStatus.CANCELLED  # type: ignore[union-attr]
+                barrier = threading.Barrier(2)
+
+                def race(i: int, r: int = r, c: int = c, barrier: threading.Barrier = barrier) -> None:
+                    barrier.wait(30)
+                    if i == 0:
+                        acker.complete(others[r])
+                    else:
+                        admin.retry(c)
+
+                _run_threads(2, race)
+    outcomes: collections.Counter[tuple[str, int, str]] = collections.Counter()
+    for _, r, c in rounds:
+        [row] = db("SELECT c.status::text AS status, c.pending_parents, d.parent_outcome::text AS outcome "
+                   "FROM pgq.jobs c JOIN pgq.job_dependencies d ON d.job_id = c.id AND d.parent_id = %s "
+                   "WHERE c.id = %s", [r, c])
+        outcomes[(row["status"], row["pending_parents"], row["outcome"])] += 1
+    assert outcomes == {("queued", 0, "succeeded"): 30}
