@@ -55,8 +55,9 @@ def wait_mark(job_id: int) -> Operation[Job]:
 
 
 def retry(job_id: int) -> Operation[Job]:
-    """Queue a failed or cancelled job again with fresh attempts; raises NotFound, or InvalidState
-    when it is not failed/cancelled or another active job holds its dedupe key."""
+    """Queue a failed or cancelled job again with fresh attempts (a job with parents waits, with a
+    recounted pending_parents, for those not finished yet); raises NotFound, or InvalidState when it
+    is not failed/cancelled or another active job holds its dedupe key."""
     _check_id(job_id)
 
     def steps() -> Steps[Job]:

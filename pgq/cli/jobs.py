@@ -219,10 +219,15 @@ def cmd_jobs_show(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_retry(args: argparse.Namespace) -> int:
-    """`pgq jobs retry ID`: queue a failed or cancelled job again (NotFound / InvalidState: exit 1)."""
+    """`pgq jobs retry ID`: queue a failed or cancelled job again, or make it wait for its unfinished
+    parents (NotFound / InvalidState: exit 1)."""
     with open_queue(args) as queue:
         job = queue.retry(args.id)
-    print(f"job {job.id} ({cell(job.kind)}) is queued again, {job.max_attempts} attempt(s) left")
+    if job.status is JobStatus.WAITING:
+        print(f"job {job.id} ({cell(job.kind)}) waits for its unfinished parents again, "
+              f"then runs with {job.max_attempts} attempt(s)")
+    else:
+        print(f"job {job.id} ({cell(job.kind)}) is queued again, {job.max_attempts} attempt(s) left")
     return EXIT_OK
 
 

@@ -362,8 +362,11 @@ class Queue:
                 waiters.remove(job_id, woken.set)
 
     def retry(self, job_id: int) -> Job:
-        """Queue a failed or cancelled job again with fresh attempts; returns it. Raises NotFound,
-        or InvalidState (not failed/cancelled, or its dedupe key is held by another active job)."""
+        """Queue a failed or cancelled job again with fresh attempts; returns it. A job with parents
+        (`depends_on`) is `waiting` instead while some of them have not finished, and runs once they
+        have (it is cancelled if one it needs fails); finished parents count as done, whatever their
+        outcome. Raises NotFound, or InvalidState (not failed/cancelled, or its dedupe key is held by
+        another active job)."""
         return self._run(_ops.retry(job_id))
 
     def get(self, job_id: int) -> Job | None:

@@ -31,7 +31,7 @@ FORM_MAX = 4096
 
 _NOTICES = {
     "cancel": "Job cancelled: it will not run again.",
-    "retry": "Job queued again, with a fresh series of attempts.",
+    "retry": "Job queued again, with a fresh series of attempts (waiting first for any parent not finished).",
     "pause": "Queue {queue} paused: no worker claims its jobs until it is resumed.",
     "resume": "Queue {queue} resumed: its ready jobs start again.",
 }

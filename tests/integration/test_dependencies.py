@@ -138,3 +138,81 @@ def test_waiting_jobs_are_counted_through_their_partial_index(pgq_queue: Queue, 
     plan = "\n".join(r["QUERY PLAN"] for r in db("EXPLAIN " + count))
     assert "jobs_waiting_idx" in plan and "Seq Scan" not in plan, plan
     assert db(count) == [{"queue": "q0", "n": 1}, {"queue": "q1", "n": 2}]
+
+
+def _cancelled_by_one_parent(queue: Queue, db: SQL) -> tuple[int, int, int]:
+    """Parents P and R and child C of both; P fails for good, which cancels C while R is queued.
+    Returns (P, R, C)."""
+    p = queue.enqueue("fetch", max_attempts=1)
+    r = queue.enqueue("other")
+    c = enqueue_after(db, "merge", [p, r])
+    [claim] = queue.claim(worker="w", kinds=["fetch"])
+    queue.fail(claim, "boom")
+    assert queue.get(c).status is JobStatus.CANCELLED  # type: ignore[union-attr]
+    return p, r, c
+
+
+def test_a_retried_child_waits_for_a_parent_still_queued_and_runs_only_after_it(pgq_queue: Queue, db: SQL) -> None:
+    p, r, c = _cancelled_by_one_parent(pgq_queue, db)
+
+    job = pgq_queue.retry(c)
+
+    assert job.status is JobStatus.WAITING and job.attempts == 0
+    deps = pgq_queue.dependencies(c)
+    assert deps.pending_parents == 1 and [x.id for x in deps.unfinished_parents] == [r]
+    assert [(x.id, x.parent_outcome) for x in deps.parents] == [(p, JobStatus.FAILED), (r, None)]
+    assert pgq_queue.claim(worker="w", kinds=["merge"]) == []  # not before R finished
+    [claim] = pgq_queue.claim(worker="w", kinds=["other"])
+    pgq_queue.complete(claim)
+    assert pgq_queue.dependencies(c).pending_parents == 0
+    [child] = pgq_queue.claim(worker="w", kinds=["merge"])
+    assert child.id == c
+
+
+def test_a_retried_child_whose_parents_all_finished_is_queued_at_once(pgq_queue: Queue, db: SQL) -> None:
+    p, r, c = _cancelled_by_one_parent(pgq_queue, db)
+    [claim] = pgq_queue.claim(worker="w", kinds=["other"])
+    pgq_queue.complete(claim)  # C is cancelled: R's outcome is only recorded
+    assert pgq_queue.dependencies(c).pending_parents == 1  # the count it had when cancelled
+
+    job = pgq_queue.retry(c)
+
+    assert job.status is JobStatus.QUEUED
+    deps = pgq_queue.dependencies(c)
+    assert deps.pending_parents == 0
+    assert [(x.id, x.parent_outcome) for x in deps.parents] == [(p, JobStatus.FAILED), (r, JobStatus.SUCCEEDED)]
+    [child] = pgq_queue.claim(worker="w", kinds=["merge"])
+    assert child.id == c
+
+
+def test_a_child_retried_after_its_parent_waits_for_that_parents_new_outcome(pgq_queue: Queue, db: SQL) -> None:
+    p, r, c = _cancelled_by_one_parent(pgq_queue, db)
+    assert pgq_queue.retry(p).status is JobStatus.QUEUED
+
+    job = pgq_queue.retry(c)
+
+    assert job.status is JobStatus.WAITING
+    deps = pgq_queue.dependencies(c)
+    assert deps.pending_parents == 2  # P's edge is open again: its next outcome applies
+    assert [(x.id, x.parent_outcome) for x in deps.parents] == [(p, None), (r, None)]
+    [claim] = pgq_queue.claim(worker="w", kinds=["fetch"])
+    pgq_queue.fail(claim, "again")
+    assert pgq_queue.get(c).status is JobStatus.CANCELLED  # type: ignore[union-attr]
+    assert pgq_queue.dependencies(c).parents[0].parent_outcome is JobStatus.FAILED
+
+
+def test_retrying_a_plain_job_leaves_its_pending_parents_null(pgq_queue: Queue, db: SQL) -> None:
+    job_id = pgq_queue.enqueue("plain")
+    pgq_queue.cancel(job_id)
+    assert pgq_queue.retry(job_id).status is JobStatus.QUEUED
+    assert db("SELECT pending_parents FROM pgq.jobs WHERE id = %s", [job_id]) == [{"pending_parents": None}]
+
+
+def test_async_retry_of_a_cancelled_child_waits_too(pgq_dsn: str, pgq_queue: Queue, db: SQL) -> None:
+    _, _, c = _cancelled_by_one_parent(pgq_queue, db)
+
+    async def retry() -> JobStatus:
+        async with AsyncQueue(pgq_dsn) as queue:
+            return (await queue.retry(c)).status
+
+    assert asyncio.run(retry()) is JobStatus.WAITING

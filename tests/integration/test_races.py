@@ -346,3 +346,147 @@ def test_two_acknowledgements_releasing_shared_children_never_deadlock(pgq_dsn: 
         assert [(row["status"], row["pending_parents"]) for row in db(
             "SELECT status::text, pending_parents FROM pgq.jobs WHERE id = ANY(%s) ORDER BY id", [[p, q, r]])
         ] == [("queued", 0)] * 3
+
+
+def _fail_at_once(pgq_dsn: str, claims: list[list[Claim]]) -> list[BaseException]:
+    """Fail each list of `claims` for good in its own connection, all released by one barrier;
+    return the errors raised."""
+    barrier = threading.Barrier(len(claims))
+    errors: list[BaseException] = []
+
+    def fail(i: int) -> None:
+        with Queue(pgq_dsn, max_size=1) as failer:
+            failer.get(claims[i][0].id)  # connected before the barrier
+            barrier.wait(30)
+            for claim in claims[i]:
+                failer.fail(claim, "boom", final=True)
+
+    try:
+        _run_threads(len(claims), fail)
+    except BaseException as exc:
+        errors.append(exc)
+    return errors
+
+
+def test_two_failing_parents_cascading_through_one_graph_never_deadlock(pgq_dsn: str, db: SQL) -> None:
+    # P -> A, P -> D, A -> B, Q -> B, B -> D. Cascading level by level, failing P locked A and D, then
+    # (cancelling A) wanted B; failing Q locked B, then (cancelling B) wanted D: a deadlock, which
+    # PostgreSQL broke after a second by failing one side. A third session holds D until both wait
+    # (P's failure for D, Q's cascade for D too), so the failure of P gets D first and then wants B.
+    # Each cascade must lock everything it can reach up front, in id order.
+    with Queue(pgq_dsn) as queue:
+        p, q = queue.enqueue_many([JobSpec("parent"), JobSpec("parent")])
+        a = queue.enqueue("child", depends_on=[p])
+        b = queue.enqueue("child", depends_on=[a, q])
+        d = queue.enqueue("child", depends_on=[p, b])
+        claims = {c.id: c for c in queue.claim(worker="t", limit=2, lease=60)}
+        assert sorted(claims) == [p, q]
+        holder = psycopg.connect(pgq_dsn)
+        holder.execute("SELECT 1 FROM pgq.jobs WHERE id = %s FOR NO KEY UPDATE", [d])
+        errors: list[BaseException] = []
+
+        def waiting() -> int:
+            return int(db("SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() "
+                          "AND wait_event_type = 'Lock' AND query LIKE '-- job_fail:%%'")[0]["n"])
+
+        def fail(parent: int) -> None:
+            try:
+                with Queue(pgq_dsn, max_size=1) as failer:
+                    failer.fail(claims[parent], "boom", final=True)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=fail, args=(p,)), threading.Thread(target=fail, args=(q,))]
+        try:
+            threads[0].start()
+            wait_for(lambda: waiting() == 1, 10, "the failure of P to wait for D")
+            threads[1].start()
+            wait_for(lambda: waiting() == 2 or bool(errors), 10, "the failure of Q to wait too")
+        finally:
+            holder.rollback()
+            holder.close()
+            for t in threads:
+                t.join(30)
+        assert not errors, errors
+        assert [r["status"] for r in db("SELECT status::text FROM pgq.jobs WHERE id = ANY(%s) ORDER BY id",
+                                        [[p, q, a, b, d]])] == ["failed", "failed", "cancelled", "cancelled",
+                                                                "cancelled"]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_parents_failing_at_once_in_a_random_graph_cancel_all_they_doom_without_deadlock(
+        pgq_dsn: str, db: SQL, seed: int) -> None:
+    # Eight roots, 60 jobs below them with one to three random earlier parents each (some run
+    # whatever their parents' outcome); four connections fail two roots each at one barrier. No
+    # deadlock, and every job ends as its parents dictate.
+    rng = random.Random(seed)
+    with Queue(pgq_dsn) as queue:
+        roots = queue.enqueue_many([JobSpec("root") for _ in range(8)])
+        ids = list(roots)
+        edges: dict[int, list[int]] = {}
+        runs: dict[int, bool] = {}
+        for _ in range(60):
+            parents = rng.sample(ids[-20:], rng.randint(1, min(3, len(ids[-20:]))))
+            run = rng.random() < 0.2
+            child = queue.enqueue("node", depends_on=parents, on_parent_failure="run" if run else "cancel")
+            edges[child], runs[child] = parents, run
+            ids.append(child)
+        claims = {c.id: c for c in queue.claim(worker="t", limit=8, lease=60)}
+        assert sorted(claims) == sorted(roots)
+        order = rng.sample(roots, 8)
+        assert _fail_at_once(pgq_dsn, [[claims[i] for i in order[k::4]] for k in range(4)]) == []
+    status = {r["id"]: r["status"] for r in db("SELECT id, status::text FROM pgq.jobs")}
+    pending = {r["id"]: r["pending_parents"] for r in db("SELECT id, pending_parents FROM pgq.jobs")}
+    expected: dict[int, str] = {root: "failed" for root in roots}
+    for child in ids[8:]:
+        outcomes = [expected[parent] for parent in edges[child]]
+        unfinished = sum(o in ("waiting", "queued") for o in outcomes)
+        if not runs[child] and any(o in ("failed", "cancelled") for o in outcomes):
+            expected[child] = "cancelled"
+        else:
+            expected[child] = "waiting" if unfinished else "queued"
+        if expected[child] != "cancelled":
+            assert pending[child] == unfinished, child
+    assert status == expected
+
+
+def test_retrying_a_cancelled_child_while_its_last_parent_succeeds_never_leaves_it_stale(
+        pgq_dsn: str, db: SQL) -> None:
+    # C depends on P and R; P failed and cancelled C; R runs. One connection completes R while
+    # another retries C, at one barrier, 30 times. Whichever commits first, C ends queued with no
+    # parent pending and R's outcome on its edge: never waiting for a parent that already finished
+    # (retry counted R as running from a snapshot taken before R's completion committed), never
+    # queued with R's edge open.
+    with Queue(pgq_dsn) as queue:
+        rounds = []
+        for _ in range(30):
+            p = queue.enqueue("fetch", max_attempts=1)
+            r = queue.enqueue("other")
+            c = queue.enqueue("merge", depends_on=[p, r])
+            rounds.append((p, r, c))
+        fetches = {cl.id: cl for cl in queue.claim(worker="t", kinds=["fetch"], limit=30, lease=60)}
+        queue.fail_many([(fetches[p], "boom") for p, _, _ in rounds])
+        others = {cl.id: cl for cl in queue.claim(worker="t", kinds=["other"], limit=30, lease=60)}
+        assert len(fetches) == len(others) == 30
+        with Queue(pgq_dsn, max_size=1) as acker, Queue(pgq_dsn, max_size=1) as admin:
+            acker.get(rounds[0][0])
+            admin.get(rounds[0][0])
+            for _, r, c in rounds:
+                assert admin.get(c).status is JobStatus.CANCELLED  # type: ignore[union-attr]
+                barrier = threading.Barrier(2)
+
+                def race(i: int, r: int = r, c: int = c, barrier: threading.Barrier = barrier) -> None:
+                    barrier.wait(30)
+                    if i == 0:
+                        acker.complete(others[r])
+                    else:
+                        admin.retry(c)
+
+                _run_threads(2, race)
+    outcomes: collections.Counter[tuple[str, int, str]] = collections.Counter()
+    for _, r, c in rounds:
+        [row] = db("SELECT c.status::text AS status, c.pending_parents, d.parent_outcome::text AS outcome "
+                   "FROM pgq.jobs c JOIN pgq.job_dependencies d ON d.job_id = c.id AND d.parent_id = %s "
+                   "WHERE c.id = %s", [r, c])
+        outcomes[(row["status"], row["pending_parents"], row["outcome"])] += 1
+    assert outcomes == {("queued", 0, "succeeded"): 30}

@@ -502,6 +502,31 @@ def test_0007_adds_dependencies_and_its_downgrade_refuses_while_jobs_wait(pgq_ds
         query(pgq_dsn, "DROP ROLE pgq_test_grantee")
 
 
+def test_0009_locks_cascades_up_front_and_its_downgrade_restores_0008s_trigger(pgq_dsn: str) -> None:
+    body = ("SELECT prosrc LIKE '%%pgq.cascade_locked%%', prosrc LIKE '%%WITH RECURSIVE%%' FROM pg_proc "
+            "WHERE pronamespace = 'pgq'::regnamespace AND proname = 'jobs_release_dependents'")
+    assert query(pgq_dsn, body) == [(True, True)]
+
+    def cascade() -> list[tuple[Any, ...]]:
+        parent = query(pgq_dsn, "SELECT pgq.enqueue('parent')")[0][0]
+        child = query(pgq_dsn, "SELECT pgq.enqueue('child', depends_on => ARRAY[%s]::bigint[])", parent)[0][0]
+        grandchild = query(pgq_dsn, "SELECT pgq.enqueue('child', depends_on => ARRAY[%s]::bigint[])", child)[0][0]
+        query(pgq_dsn, "SELECT pgq.cancel(%s)", parent)
+        return query(pgq_dsn, "SELECT status::text, last_error FROM pgq.jobs WHERE id IN (%s, %s) ORDER BY id",
+                     child, grandchild)
+
+    assert [s for s, _ in cascade()] == ["cancelled", "cancelled"]
+
+    migrate.downgrade(pgq_dsn, "0008")
+
+    assert query(pgq_dsn, body) == [(False, False)]
+    assert query(pgq_dsn, "SELECT prosrc FROM pg_proc WHERE pronamespace = 'pgq'::regnamespace "
+                          "AND proname = 'jobs_release_dependents'")[0][0] in schema_file("0008_workflow_locks.up.sql")
+    assert [s for s, _ in cascade()] == ["cancelled", "cancelled"]
+    migrate.upgrade(pgq_dsn)
+    assert query(pgq_dsn, body) == [(True, True)]
+
+
 def test_servers_older_than_postgresql_14_are_refused_naming_their_version() -> None:
     from pgq.errors import PgqError
 
