@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgq import JobSpec, JobStatus, Queue, _ops
+from pgq import JobSpec, Queue, _ops
 from pgq.errors import LeaseLost
 from pgq.models import Claim
 
@@ -40,8 +40,9 @@ def _rows(db: SQL, ids: list[int]) -> dict[int, dict[str, Any]]:
     return {r["id"]: r for r in rows}
 
 
-def _run(dsn: str, op: _ops.Operation[Any]) -> Any:
-    with psycopg.connect(dsn, autocommit=True) as conn:
+def _run(dsn: str, op: _ops.Operation[Any], *, lock_timeout: str = "0") -> Any:
+    # A lock_timeout turns a statement that waits where it must not into an error (not a hang).
+    with psycopg.connect(dsn, autocommit=True, options=f"-c lock_timeout={lock_timeout}") as conn:
         return _ops.run_sync(conn, op, own_transaction=True)
 
 
@@ -63,7 +64,7 @@ def test_batch_skips_a_row_locked_by_another_transaction_and_reports_it_busy(
         producer.execute("SELECT 1 FROM pgq.jobs WHERE id = %s FOR NO KEY UPDATE", [held.id])
         busy: set[int] = set()
         with pytest.raises(LeaseLost) as lost:
-            _run(pgq_dsn, BATCHES[name](claims, busy, True))
+            _run(pgq_dsn, BATCHES[name](claims, busy, True), lock_timeout="5s")
         assert lost.value.job_ids == [gone.id]
         assert busy == {held.id}
         rows = _rows(db, [c.id for c in claims])
@@ -142,3 +143,53 @@ def test_rescue_skips_a_row_a_waiting_heartbeat_queues_for(pgq_queue: Queue, pgq
     assert results == [{claim.id}]
     assert pgq_queue.rescue_expired() == []
     assert _rows(db, [claim.id])[claim.id]["status"] == "running"
+
+
+def test_heartbeat_in_descending_order_never_deadlocks_with_a_watermark_enqueue(pgq_queue: Queue,
+                                                                                pgq_dsn: str) -> None:
+    """A watermark enqueue locks the running jobs of its keys in id order; a heartbeat of the same
+    jobs sent in descending id order locked them in that order and deadlocked with it (2 runs of 2).
+    It now locks in id order, skipping what the enqueue holds: 20 races, no deadlock, no lost lease."""
+    n = 1000
+    keys = [f"doc:{i}" for i in range(n)]
+    pgq_queue.enqueue_many([JobSpec("k", queue="q", dedupe_key=k, watermark=1) for k in keys])
+    claims = sorted(pgq_queue.claim(worker="w", queues=["q"], limit=n, lease=300), key=lambda c: -c.id)
+    assert len(claims) == n
+    for race in range(20):
+        errors, renewed, ids = _race_heartbeat_with_enqueue(pgq_dsn, claims, keys, race + 2)
+        assert not errors, f"race {race}: {errors!r}"
+        assert renewed == [{c.id for c in claims}]
+        assert sorted(ids[0]) == sorted(c.id for c in claims)  # the running jobs took the watermark
+
+
+def _race_heartbeat_with_enqueue(dsn: str, claims: list[Claim], keys: list[str], watermark: int
+                                 ) -> tuple[list[BaseException], list[set[int]], list[list[int]]]:
+    """Start a heartbeat of `claims` (in their order) and an enqueue of `keys` at `watermark` at once;
+    return the errors, what the heartbeat renewed and the ids the enqueue answered."""
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+    renewed: list[set[int]] = []
+    ids: list[list[int]] = []
+
+    def beat() -> None:
+        try:
+            barrier.wait()
+            renewed.append(_run(dsn, _ops.heartbeat([(c, 300.0) for c in claims], raise_lost=True)))
+        except BaseException as exc:
+            errors.append(exc)
+
+    def enqueue() -> None:
+        try:
+            with Queue(dsn, max_size=1) as producer:
+                barrier.wait()
+                ids.append(producer.enqueue_many(
+                    [JobSpec("k", queue="q", dedupe_key=k, watermark=watermark) for k in keys]))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=beat), threading.Thread(target=enqueue)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return errors, renewed, ids
