@@ -1,4 +1,6 @@
--- job_fail: record failed attempts (a batch). Fenced like job_complete.
+-- job_fail: record failed attempts (a batch). Fenced like job_complete, and locks its rows like it:
+-- in id order, SKIP LOCKED unless `wait`; a row skipped comes back with `busy` true (as read in this
+-- statement's snapshot, unchanged): not lost, to be sent again.
 -- A job with attempts left (and not failed as `final`) goes back to queued, due after `retry_in`
 -- seconds, or, when that is NULL, after an exponential backoff with jitter: 2^attempts seconds
 -- times a random factor in [0.75, 1.25), never under 1 s nor over one hour. A job that used
@@ -9,7 +11,31 @@ WITH failing AS (
     FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(errors)b::text[],
                 %(retry_in)b::double precision[], %(finals)b::boolean[], %(progress)b::text[]::jsonb[])
          AS f(id, token, error, retry_in, final, progress)
-)
+),
+held AS (
+    -- Still ours in this statement's snapshot (read, no lock).
+    SELECT j.id
+    FROM pgq.jobs j JOIN failing f ON j.id = f.id AND j.lease_token = f.token
+    WHERE j.id = ANY(%(ids)b::bigint[])
+),
+skipping AS (
+    SELECT j.id
+    FROM pgq.jobs j JOIN failing f ON j.id = f.id AND j.lease_token = f.token
+    WHERE j.id = ANY(%(ids)b::bigint[]) AND NOT %(wait)b::boolean
+    ORDER BY j.id
+    FOR NO KEY UPDATE OF j SKIP LOCKED
+),
+waiting AS (
+    SELECT j.id
+    FROM pgq.jobs j JOIN failing f ON j.id = f.id AND j.lease_token = f.token
+    WHERE j.id = ANY(%(ids)b::bigint[]) AND %(wait)b::boolean
+    ORDER BY j.id
+    FOR NO KEY UPDATE OF j
+),
+locked AS (
+    SELECT id FROM skipping UNION ALL SELECT id FROM waiting
+),
+failed AS (
 UPDATE pgq.jobs j
 SET status = CASE WHEN f.final OR j.attempts >= j.max_attempts
                   THEN 'failed' ELSE 'queued' END::pgq.job_status,
@@ -23,7 +49,16 @@ SET status = CASE WHEN f.final OR j.attempts >= j.max_attempts
     lease_token = NULL,
     lease_expires_at = NULL,
     finished_at = CASE WHEN f.final OR j.attempts >= j.max_attempts THEN now() END
-FROM failing f
+FROM locked l JOIN failing f ON f.id = l.id
 -- Matched by id and token only, never `status = 'running'`: see job_complete.sql.
-WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = f.id AND j.lease_token = f.token
+WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = l.id AND j.lease_token = f.token
 RETURNING j.*
+)
+SELECT x.*, false AS busy FROM failed x
+UNION ALL
+-- Busy: still ours in the snapshot but locked by another transaction (the rare case: read again).
+SELECT j.*, true AS busy
+FROM pgq.jobs j
+-- Waiting, a row of `held` not locked changed hands since the snapshot: lost, not busy.
+WHERE NOT %(wait)b::boolean AND j.id = ANY(%(ids)b::bigint[])
+  AND j.id IN (SELECT b.id FROM held b WHERE NOT EXISTS (SELECT FROM locked l WHERE l.id = b.id))

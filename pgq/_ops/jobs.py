@@ -19,6 +19,7 @@ from ..models import (
     positive_seconds,
 )
 from .core import (
+    K,
     Operation,
     Steps,
     Stmt,
@@ -199,7 +200,7 @@ def claim(
 
 def complete(
     items: Sequence[tuple[Claim, Any, int | None]], *, raise_lost: bool, progress: Mapping[int, str] | None = None,
-    follow_ups: Mapping[int, Sequence[JobSpec]] | None = None,
+    follow_ups: Mapping[int, Sequence[JobSpec]] | None = None, busy: set[int] | None = None,
 ) -> Operation[dict[int, JobStatus]]:
     """Finish attempts successfully: `(claim, result, watermark)` each; watermark None means the
     watermark the job had when claimed. Returns {job id: new status} for the attempts that still
@@ -208,7 +209,13 @@ def complete(
     `progress`: progress to store with some of them (job id -> JSON text). `follow_ups`: jobs to
     enqueue for some of them (job id -> specs), inserted in the same transaction for each job that
     succeeded, and only for those: not for a lost lease, nor for a dirty re-run (not with
-    `raise_lost`, whose exception would roll them back)."""
+    `raise_lost`, whose exception would roll them back).
+
+    `busy`: what to do with attempts whose row another transaction holds locked (a producer's open
+    transaction, a claimer for a moment; see sql/job_heartbeat.sql). None: wait for them, with a
+    second statement for those rows only, which waits for their locks in id order (the common case,
+    no such row, costs no second statement). A set: do not wait; their ids are added to it and left
+    out of the result, and they are not lost (send them again later)."""
     ids = [c.job.id for c, _, _ in items]
     wanted = _follow_ups_of(ids, follow_ups, raise_lost)
     params: dict[str, Any] = {
@@ -217,16 +224,28 @@ def complete(
         "results": [None if r is None else encode_json("result", r, None) for _, r, _ in items],
         "watermarks": [c.job.input_watermark if w is None else w for c, _, w in items],
         "progress": _progress_param(ids, progress),
+        "wait": False,
     }
 
     def steps() -> Steps[dict[int, JobStatus]]:
         if not items:
             return {}
-        rows = yield Stmt("job_complete", params, fetch="tuples")  # (id, status, woke) each
-        done = {row[0]: STATUS_BY_VALUE[row[1]] for row in rows}
+        done: dict[int, JobStatus] = {}
+        skipped: list[int] = []
+        sent = params
+        while True:
+            rows = yield Stmt("job_complete", sent, fetch="tuples")  # (id, status, woke) each
+            for row in rows:
+                if row[1] is None:
+                    skipped.append(row[0])
+                else:
+                    done[row[0]] = STATUS_BY_VALUE[row[1]]
+            if not skipped or busy is not None:
+                break
+            sent, skipped = _waiting_params(params, skipped), []
         if wanted:
             yield from _enqueue_follow_ups(wanted, (i for i, s in done.items() if s == JobStatus.SUCCEEDED))
-        return _check_lost("complete", params["ids"], done, raise_lost)
+        return _busy_or_lost("complete", params["ids"], done, skipped, busy, raise_lost)
 
     return Operation("job_complete", steps, transaction=bool(wanted))
 
@@ -251,10 +270,11 @@ def _enqueue_follow_ups(wanted: Mapping[int, Sequence[JobSpec]], ended: Iterable
 def fail(
     items: Sequence[tuple[Claim, str, float | None, bool]], *, raise_lost: bool,
     progress: Mapping[int, str] | None = None, follow_ups: Mapping[int, Sequence[JobSpec]] | None = None,
+    busy: set[int] | None = None,
 ) -> Operation[dict[int, Job]]:
     """Record failed attempts: `(claim, error, retry_in seconds or None, final)` each. Returns the
-    jobs that still held their lease, as updated (queued for a retry, or failed); lost leases and
-    `progress` as in `complete`. `follow_ups` as in `complete`, inserted for the jobs that failed
+    jobs that still held their lease, as updated (queued for a retry, or failed); lost leases,
+    `progress` and `busy` as in `complete`. `follow_ups` as in `complete`, inserted for the jobs that failed
     for good (not for those queued for a retry)."""
     ids = [c.job.id for c, _, _, _ in items]
     wanted = _follow_ups_of(ids, follow_ups, raise_lost)
@@ -265,63 +285,126 @@ def fail(
         "retry_in": [r for _, _, r, _ in items],
         "finals": [f for _, _, _, f in items],
         "progress": _progress_param(ids, progress),
+        "wait": False,
     }
 
     def steps() -> Steps[dict[int, Job]]:
         if not items:
             return {}
-        rows = yield Stmt("job_fail", params)
-        failed = {job.id: job for job in map(Job.from_row, rows)}
+        failed, skipped = yield from _jobs_or_busy("job_fail", params, busy)
         if wanted:
             yield from _enqueue_follow_ups(wanted, (i for i, j in failed.items() if j.status == JobStatus.FAILED))
-        return _check_lost("fail", params["ids"], failed, raise_lost)
+        return _busy_or_lost("fail", params["ids"], failed, skipped, busy, raise_lost)
 
     return Operation("job_fail", steps, transaction=bool(wanted))
 
 
 def heartbeat(items: Sequence[tuple[Claim, float]], *, raise_lost: bool,
-              progress: Mapping[int, str] | None = None) -> Operation[set[int]]:
-    """Renew leases: `(claim, lease seconds)` each. Returns the ids renewed; lost leases and
-    `progress` as in `complete`. Retry-safe (renewing twice only moves the expiry to the same place,
-    and stores the same progress)."""
+              progress: Mapping[int, str] | None = None, busy: set[int] | None = None,
+              wait: bool = False) -> Operation[set[int]]:
+    """Renew leases: `(claim, lease seconds)` each. Returns the ids renewed; lost leases,
+    `progress` and `busy` as in `complete`. Retry-safe (renewing twice only moves the expiry to the
+    same place, and stores the same progress).
+
+    `wait`: a patient renewal: one statement that waits for every row's lock (in id order) instead
+    of skipping the busy ones, and runs each lease from the moment it got the row; meanwhile
+    job_rescue leaves those rows alone. For rows a worker found busy; it may wait as long as the
+    transaction holding them lasts."""
     ids = [c.job.id for c, _ in items]
     params: dict[str, Any] = {
         "ids": ids,
         "tokens": [c.token for c, _ in items],
         "lease_s": [s for _, s in items],
         "progress": _progress_param(ids, progress),
+        "wait": wait,
     }
 
     def steps() -> Steps[set[int]]:
         if not items:
             return set()
-        rows = yield Stmt("job_heartbeat", params)
-        renewed = {row["id"]: row["id"] for row in rows}
-        return set(_check_lost("heartbeat", params["ids"], renewed, raise_lost))
+        renewed: dict[int, int] = {}
+        skipped: list[int] = []
+        sent = params
+        while True:
+            rows = yield Stmt("job_heartbeat", sent, fetch="tuples")  # (id, lease_expires_at) each
+            for row in rows:
+                if row[1] is None:
+                    skipped.append(row[0])
+                else:
+                    renewed[row[0]] = row[0]
+            if not skipped or busy is not None:
+                break
+            sent, skipped = _waiting_params(params, skipped), []
+        return set(_busy_or_lost("heartbeat", params["ids"], renewed, skipped, busy, raise_lost))
 
     return Operation("job_heartbeat", steps, retry_safe=True)
 
 
 def snooze(items: Sequence[tuple[Claim, float]], *, raise_lost: bool,
-           progress: Mapping[int, str] | None = None) -> Operation[dict[int, Job]]:
+           progress: Mapping[int, str] | None = None, busy: set[int] | None = None) -> Operation[dict[int, Job]]:
     """Requeue running attempts `delay` seconds from now without spending an attempt:
-    `(claim, delay seconds)` each. Returns the jobs that still held their lease; lost leases and
-    `progress` as in `complete`."""
+    `(claim, delay seconds)` each. Returns the jobs that still held their lease; lost leases,
+    `progress` and `busy` as in `complete`."""
     ids = [c.job.id for c, _ in items]
     params: dict[str, Any] = {
         "ids": ids,
         "tokens": [c.token for c, _ in items],
         "delays": [d for _, d in items],
         "progress": _progress_param(ids, progress),
+        "wait": False,
     }
 
     def steps() -> Steps[dict[int, Job]]:
         if not items:
             return {}
-        rows = yield Stmt("job_snooze", params)
-        return _check_lost("snooze", params["ids"], {job.id: job for job in map(Job.from_row, rows)}, raise_lost)
+        snoozed, skipped = yield from _jobs_or_busy("job_snooze", params, busy)
+        return _busy_or_lost("snooze", params["ids"], snoozed, skipped, busy, raise_lost)
 
     return Operation("job_snooze", steps)
+
+
+def _jobs_or_busy(name: str, params: dict[str, Any], busy: set[int] | None) -> Steps[tuple[dict[int, Job], list[int]]]:
+    """Run job_fail or job_snooze (rows with a `busy` column); returns the jobs changed and the ids
+    skipped as busy. With `busy` None, the busy ones are sent again, waiting for their locks."""
+    done: dict[int, Job] = {}
+    skipped: list[int] = []
+    sent = params
+    while True:
+        rows = yield Stmt(name, sent)
+        for row in rows:
+            if row["busy"]:
+                skipped.append(row["id"])
+            else:
+                done[row["id"]] = Job.from_row(row)
+        if not skipped or busy is not None:
+            return done, skipped
+        sent, skipped = _waiting_params(params, skipped), []
+
+
+def _waiting_params(params: dict[str, Any], skipped: list[int]) -> dict[str, Any]:
+    """`params` of a batched acknowledgement cut down to the ids `skipped`, with `wait` on: the
+    statement that waits for the rows' locks (in id order) instead of skipping them."""
+    keep = set(skipped)
+    positions = [i for i, job_id in enumerate(params["ids"]) if job_id in keep]
+    waiting: dict[str, Any] = {"wait": True}
+    for name, value in params.items():
+        if isinstance(value, list) and name != "wait":
+            waiting[name] = [value[i] for i in positions]
+        elif name != "wait":
+            waiting[name] = value
+    return waiting
+
+
+def _busy_or_lost(operation: str, sent: list[int], done: dict[int, K], skipped: list[int],
+                  busy: set[int] | None, raise_lost: bool) -> dict[int, K]:
+    """Add the ids `skipped` (busy) to `busy`, then raise LeaseLost (with `raise_lost`) for the ids
+    neither done nor busy."""
+    if busy is not None and skipped:
+        busy.update(skipped)
+        if raise_lost:
+            skip = set(skipped)
+            return _check_lost(operation, [i for i in sent if i not in skip], done, raise_lost)
+    return _check_lost(operation, sent, done, raise_lost)
 
 
 def _progress_param(ids: list[int], progress: Mapping[int, str] | None) -> list[str | None] | None:

@@ -4,6 +4,12 @@ Outcomes (complete / fail / snooze) are queued by the runner and sent by one flu
 statement per kind of outcome per flush, `ack_delay` after the oldest pending one or as soon as
 `ack_batch` are pending. A flush that a connection error cut off is sent again after a pause (every
 acknowledgement is fenced, so resending is safe); a lease found lost is logged, never raised.
+
+An acknowledgement never waits on a row lock another transaction holds (a producer's open transaction
+after an enqueue naming a running job in `depends_on`, in a watermark enqueue or in Queue.wait; a
+claimer for a moment): the statement skips such a row and reports it busy, so the rest of the batch
+goes through. A busy outcome is neither lost nor an error: it is put back and sent again after a
+pause of its own, BUSY_FIRST_PAUSE doubling up to BUSY_MAX_PAUSE, until the row is free.
 """
 
 from __future__ import annotations
@@ -26,9 +32,14 @@ from ..models import JSON, Claim, JobSpec, JobStatus
 from .outcome import job_extra
 from .state import WorkerState
 
-__all__ = ["Acknowledger", "Acks"]
+__all__ = ["BUSY_FIRST_PAUSE", "BUSY_MAX_PAUSE", "Acknowledger", "Acks"]
 
 logger = logging.getLogger("pgq.worker")
+
+BUSY_FIRST_PAUSE = 0.01
+"""Seconds before an outcome whose row was busy (locked by another transaction) is sent again; the
+pause doubles with each busy answer for that job, up to BUSY_MAX_PAUSE."""
+BUSY_MAX_PAUSE = 1.0
 
 AckT = TypeVar("AckT")
 
@@ -72,6 +83,10 @@ class Acknowledger:
         self.pending = Acks()
         self.acking: set[int] = set()
         self._uncertain: set[int] = set()  # in a flush whose outcome a connection error hid
+        # Outcomes found busy, waiting for their pause to end: job id -> (list of Acks it goes back
+        # to, the item, its progress, its follow-ups); and each busy job's next pause.
+        self._parked: dict[int, tuple[str, tuple[Any, ...], str | None, list[JobSpec] | None]] = {}
+        self._busy_pause: dict[int, float] = {}
         self._first_at = 0.0
         self._event = asyncio.Event()  # something is pending
         self._full = asyncio.Event()  # a batch is full: send now
@@ -105,6 +120,10 @@ class Acknowledger:
     def progress(self, job_id: int, progress: str) -> None:
         """Store `progress` (JSON text) with the outcome of `job_id`, queued next."""
         self.pending.progress[job_id] = progress
+
+    def unsent_ids(self) -> list[int]:
+        """The ids of the jobs whose outcome is not acknowledged yet (pending or busy), sorted."""
+        return sorted({c.id for c in self.pending.claims()} | set(self._parked))
 
     def flush_all(self) -> None:
         """Send everything pending at once, and from now on without waiting (shutdown)."""
@@ -150,7 +169,7 @@ class Acknowledger:
                         await state.aborting.wait()
                 continue
             failures = 0
-            if not self._event.is_set():
+            if not self._event.is_set() and not self._parked:
                 self.idle.set()
                 if not state.acks_hold_claims():
                     state.slot_freed()  # claims may have waited for this backlog to clear
@@ -196,9 +215,10 @@ class Acknowledger:
 
     async def _send_completes(self, completes: list[tuple[Claim, JSON]], progress: dict[int, str] | None,
                               follow_ups: dict[int, list[JobSpec]] | None) -> bool:
+        busy: set[int] = set()
         try:
             done = await self._ack(_ops.complete([(c, r, None) for c, r in completes], raise_lost=False,
-                                                 progress=progress, follow_ups=follow_ups), completes)
+                                                 progress=progress, follow_ups=follow_ups, busy=busy), completes)
         except psycopg.Error as exc:
             if not follow_ups or len(completes) == 1:
                 raise
@@ -212,7 +232,11 @@ class Acknowledger:
         if done is None:
             return False
         count = self._state.count
-        for claim, _ in completes:
+        for item in completes:
+            claim = item[0]
+            if busy and claim.id in busy:
+                self._park("completes", item, progress, follow_ups)
+                continue
             status = done.get(claim.job.id)
             if status is not None:
                 count("succeeded" if status == JobStatus.SUCCEEDED else "retried", claim.job)
@@ -237,12 +261,17 @@ class Acknowledger:
 
     async def _send_fails(self, fails: list[tuple[Claim, str, float | None, bool]],
                           progress: dict[int, str] | None, follow_ups: dict[int, list[JobSpec]] | None) -> bool:
-        failed = await self._ack(_ops.fail(fails, raise_lost=False, progress=progress, follow_ups=follow_ups),
-                                 fails)
+        busy: set[int] = set()
+        failed = await self._ack(_ops.fail(fails, raise_lost=False, progress=progress, follow_ups=follow_ups,
+                                           busy=busy), fails)
         if failed is None:
             return False
         state = self._state
-        for claim, _, retry_in, _ in fails:
+        for item in fails:
+            claim, _, retry_in, _ = item
+            if busy and claim.id in busy:
+                self._park("fails", item, progress, follow_ups)
+                continue
             job = failed.get(claim.id)
             if job is not None:
                 if job.status == JobStatus.QUEUED:
@@ -254,17 +283,46 @@ class Acknowledger:
         return True
 
     async def _send_snoozes(self, snoozes: list[tuple[Claim, float]], progress: dict[int, str] | None) -> bool:
-        snoozed = await self._ack(_ops.snooze(snoozes, raise_lost=False, progress=progress), snoozes)
+        busy: set[int] = set()
+        snoozed = await self._ack(_ops.snooze(snoozes, raise_lost=False, progress=progress, busy=busy), snoozes)
         if snoozed is None:
             return False
         state = self._state
-        for claim, delay in snoozes:
+        for item in snoozes:
+            claim, delay = item
+            if busy and claim.id in busy:
+                self._park("snoozes", item, progress, None)
+                continue
             ok = claim.id in snoozed
             if ok:
                 state.count("snoozed" if delay > 0 or not state.stopping.is_set() else "released", claim.job)
                 state.wake_at(delay)
             self._settled(claim, ok, "snooze")
         return True
+
+    def _park(self, kind: str, item: tuple[Any, ...], progress: dict[int, str] | None,
+              follow_ups: dict[int, list[JobSpec]] | None) -> None:
+        """Hold the outcome `item` (of `self.pending.<kind>`), whose row another transaction had
+        locked, and queue it again after its pause; the job keeps its lease meanwhile (the heartbeat
+        renews it)."""
+        job_id = item[0].id
+        pause = self._busy_pause.get(job_id, BUSY_FIRST_PAUSE)
+        self._busy_pause[job_id] = min(pause * 2, BUSY_MAX_PAUSE)
+        self._parked[job_id] = (kind, item, (progress or {}).get(job_id), (follow_ups or {}).get(job_id))
+        self.idle.clear()
+        asyncio.get_running_loop().call_later(pause, self._unpark, job_id)
+
+    def _unpark(self, job_id: int) -> None:
+        entry = self._parked.pop(job_id, None)
+        if entry is None:
+            return
+        kind, item, progress, follow_ups = entry
+        getattr(self.pending, kind).append(item)
+        if progress is not None:
+            self.pending.progress.setdefault(job_id, progress)
+        if follow_ups:
+            self.pending.follow_ups[job_id] = follow_ups
+        self._pending()
 
     def _settled(self, claim: Claim, ok: bool, operation: str) -> None:
         # Once per acknowledged job: the id read once (Claim.id is a property), the set of uncertain
@@ -274,6 +332,8 @@ class Acknowledger:
         inflight = self._state.inflight
         if inflight.get(job_id) is claim:
             del inflight[job_id]
+        if self._busy_pause:
+            self._busy_pause.pop(job_id, None)
         uncertain = False
         if self._uncertain:
             uncertain = job_id in self._uncertain

@@ -14,15 +14,30 @@ by what the interrupted handler takes to stop (an async handler: until its next 
 
 Without a LISTEN connection (behind PgBouncer) nobody notifies the worker of a cancellation, so
 every `check_every` seconds it reads which of its attempts lost their lease (a read, no write).
+
+The renewal never waits on a row lock another transaction holds: a producer's open transaction holds
+the row of a running job it named in `depends_on`, in a watermark enqueue or in Queue.wait until it
+commits. Such a row is skipped and reported busy, and the others are renewed. The busy ones get a
+patient renewal: a statement of their own, on a connection of its own, that waits for their locks (in
+id order) for as long as the producer's transaction lasts, run as a task so that the next renewals of
+the others are not held up. While it waits it holds the rows' tuple locks, so the rescue (SKIP
+LOCKED) leaves them alone even once their leases expired, and when the producer commits the renewal
+gets each row first; it runs the lease from then. Meanwhile those handlers are not stopped for want
+of a renewal, up to PATIENT_LEASES leases: past that the statement is cut (its connection severed)
+and they are, as after any failed renewal. At most one patient renewal is in flight; rows found busy
+meanwhile get the next one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from typing import Any
 
 import psycopg
+from psycopg_pool import PoolTimeout
 
 from .. import _ops
 from ..client import AsyncQueue
@@ -32,9 +47,13 @@ from .acks import Acknowledger
 from .runner import Runner
 from .state import WorkerState
 
-__all__ = ["Heartbeat"]
+__all__ = ["PATIENT_LEASES", "Heartbeat"]
 
 logger = logging.getLogger("pgq.worker")
+
+PATIENT_LEASES = 10
+"""How many leases a patient renewal (of rows another transaction holds locked) may wait before the
+worker cuts it and stops those handlers: a bound on a stalled connection, not on producers."""
 
 
 class Heartbeat:
@@ -51,20 +70,31 @@ class Heartbeat:
         self._lease = state.config.lease
         self._check_every = check_every
         self._renewed: dict[int, float] = {}  # job id -> monotonic time its last successful renewal was sent
+        self._patient: asyncio.Task[None] | None = None  # the patient renewal in flight
+        self._waiting: set[int] = set()  # the ids it renews
 
     async def run(self) -> None:
-        """Renew every lease/3 (every second at most while the database fails)."""
+        """Renew every lease/3 (every second at most while the database fails). Cancelled, it also
+        cancels the patient renewal in flight, and waits for it to end."""
         interval = self._lease / 3
-        while True:
-            await asyncio.sleep(interval)
-            interval = await self.beat()
+        try:
+            while True:
+                await asyncio.sleep(interval)
+                interval = await self.beat()
+        finally:
+            patient = self._patient
+            if patient is not None:
+                patient.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await patient
 
     async def beat(self) -> float:
         """One renewal of every lease held (none: nothing sent); returns the seconds until the next."""
         lease = self._lease
         acking = self._acks.acking
         state = self._state
-        claims = [c for i, c in state.inflight.items() if i not in acking]
+        waiting = self._waiting
+        claims = [c for i, c in state.inflight.items() if i not in acking and i not in waiting]
         if not claims:
             return lease / 3
         progress: dict[int, str] = {}
@@ -74,9 +104,10 @@ class Heartbeat:
             if text is not None:
                 progress[claim.id] = text
         sent = time.monotonic()
+        busy: set[int] = set()
         try:
             renewed = await self._queue._run(
-                _ops.heartbeat([(c, lease) for c in claims], raise_lost=False, progress=progress))
+                _ops.heartbeat([(c, lease) for c in claims], raise_lost=False, progress=progress, busy=busy))
         except (psycopg.OperationalError, psycopg.errors.QueryCanceled) as exc:
             self._unsent(progress)
             logger.warning("heartbeat of %d jobs failed (%s); retrying", len(claims), one_line(exc),
@@ -88,12 +119,60 @@ class Heartbeat:
             return lease / 3
         for job_id in renewed:
             self._renewed[job_id] = sent
-        lost = [c for c in claims if c.id not in renewed]
+        if busy:
+            self._unsent({i: p for i, p in progress.items() if i in busy})  # goes with a later renewal
+            if self._patient is None:
+                held = [c for c in claims if c.id in busy]
+                self._waiting = {c.id for c in held}
+                self._patient = asyncio.create_task(self._renew_patiently(held), name="pgq-patient-heartbeat")
+        lost = [c for c in claims if c.id not in renewed and c.id not in busy]
         if lost:
             await self._check(lost)  # one read, only on a loss: was it a cancel or a rescue?
         for job_id in [i for i in self._renewed if i not in state.inflight]:
             del self._renewed[job_id]
         return lease / 3
+
+    async def _renew_patiently(self, claims: list[Claim]) -> None:
+        """The patient renewal of `claims` (see the module docstring), on a connection of the pool
+        that it closes when cancelled (the server cancels the statement) or cut."""
+        pool = self._queue.pool
+        try:
+            conn = await pool.getconn()
+            try:
+                renewed = await self._wait_for_rows(conn, claims)
+            finally:
+                await pool.putconn(conn)
+        except (psycopg.Error, PoolTimeout) as exc:
+            logger.warning("patient heartbeat of %d jobs failed (%s)", len(claims), one_line(exc),
+                           extra={"event": "heartbeat_error"})
+            return
+        finally:
+            self._patient = None
+            self._waiting = set()
+        got = time.monotonic()
+        for job_id in renewed:
+            # The lease runs from when the statement got the row, before its answer came back.
+            self._renewed[job_id] = got
+        lost = [c for c in claims if c.id not in renewed]
+        if lost:
+            await self._check(lost)
+
+    async def _wait_for_rows(self, conn: psycopg.AsyncConnection[Any], claims: list[Claim]) -> set[int]:
+        """Run the waiting renewal of `claims` on `conn`; cancelled, ask the server to cancel the
+        statement and close `conn` (the pool then discards it)."""
+        lease = self._lease
+        op = _ops.heartbeat([(c, lease) for c in claims], raise_lost=False, busy=set(), wait=True)
+        try:
+            with _ops.AsyncWatchdog(conn, PATIENT_LEASES * lease):
+                renewed = await _ops.run_async(conn, op, own_transaction=True)
+            if not conn.autocommit:
+                await conn.commit()
+            return renewed
+        except BaseException:
+            with contextlib.suppress(psycopg.Error, OSError):
+                await conn.cancel_safe(timeout=1.0)
+            await conn.close()
+            raise
 
     def _unsent(self, progress: dict[int, str]) -> None:
         # Progress a failed heartbeat carried goes with the next one.
@@ -129,14 +208,17 @@ class Heartbeat:
     def _expiring(self, now: float, margin: float) -> None:
         state = self._state
         deadline = now + margin - self._lease  # renewed (or claimed) before this: too old
+        waiting = self._waiting  # a patient renewal in flight: the rescue cannot take them
         for job_id, run in list(state.running.items()):
+            if job_id in waiting:
+                continue
             if run.interrupted is None and self._renewed.get(job_id, run.claimed_at) < deadline:
                 logger.warning("job %d %s: lease not renewed for %.1f s (database unreachable?)", job_id,
                                run.claim.job.kind, now - self._renewed.get(job_id, run.claimed_at),
                                extra={"event": "lease_expiring", "job_id": job_id})
                 self._runner.interrupt(job_id, run.claim.token, "lease lost")
         for claim, claimed_at in list(state.held):
-            if self._renewed.get(claim.id, claimed_at) < deadline:
+            if claim.id not in waiting and self._renewed.get(claim.id, claimed_at) < deadline:
                 self._runner.interrupt(claim.id, claim.token, "lease lost")
 
     async def _check(self, claims: list[Claim] | None = None) -> None:

@@ -56,7 +56,7 @@ async def shut_down(state: WorkerState, producer: asyncio.Task[None], acks: Ackn
         async with asyncio.timeout(grace):
             await acks.idle.wait()
     except TimeoutError:
-        ids = sorted(c.id for c in acks.pending.claims())
+        ids = acks.unsent_ids()
         logger.error("could not acknowledge %d jobs before exiting (database unreachable?); they will "
                      "be rescued after their lease: %s", len(ids), ids[:50],
                      extra={"event": "ack_abandoned", "count": len(ids)})

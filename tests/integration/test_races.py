@@ -260,6 +260,8 @@ def test_an_enqueue_never_deadlocks_with_a_batch_acknowledgement_of_its_parents(
     # an enqueue of a child of P1 and P2 starts. Had the enqueue taken P1 and waited for P2, the
     # acknowledgement would wait for P1 once X is free: a deadlock, which PostgreSQL breaks after a
     # second by failing one side (the enqueue raised DeadlockDetected). It takes both or neither.
+    # Since acknowledgements skip locked rows (sql/job_complete.sql), the batch finishes P2 and P1
+    # at once and only then waits for X, holding nothing else: the enqueue may not wait at all.
     with Queue(pgq_dsn) as queue:
         p1, p2, x = queue.enqueue_many([JobSpec("parent") for _ in range(3)])
         claims = {c.id: c for c in queue.claim(worker="t", limit=3, lease=60)}
@@ -293,7 +295,8 @@ def test_an_enqueue_never_deadlocks_with_a_batch_acknowledgement_of_its_parents(
             threads[0].start()
             wait_for(lambda: blocked("job_complete"), 10, "the acknowledgement to wait for X")
             threads[1].start()
-            wait_for(lambda: blocked("job_enqueue_after") or errors, 10, "the enqueue to wait for a parent")
+            wait_for(lambda: blocked("job_enqueue_after") or child or errors, 10,
+                     "the enqueue to wait for a parent, or to finish")
         finally:
             holder.rollback()
             holder.close()
