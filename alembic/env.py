@@ -10,6 +10,9 @@ Both modes emit the same preamble inside the migration transaction:
    the first revision runs. Only when the schema is missing: Postgres checks CREATE on the database
    even when the schema exists, and pgq's admin role (`pgq roles`) owns the schema but has no right
    to create schemas.
+
+An upgrade through `pgq.migrate.upgrade` then keeps the grants of pgq's roles current in the same
+transaction (pgq.roles.sync_grants), when they exist.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
 from pgq.migrate import MIGRATION_LOCK_KEY, VERSION_SCHEMA, VERSION_TABLE, logger
+from pgq.roles import sync_grants
 
 PREAMBLE = (
     f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})",
@@ -79,6 +83,13 @@ def run_migrations_online() -> None:
             context.configure(connection=connection, on_version_apply=log_step, **CONFIGURE)
             with context.begin_transaction():
                 context.run_migrations()
+            if context.config.attributes.get("sync_roles"):
+                # pgq.migrate.upgrade: pgq's roles, when they exist, get the grants of the objects the
+                # revisions created, before the transaction commits.
+                names = sync_grants(connection.connection.driver_connection,
+                                    context.config.attributes.get("roles_prefix"))
+                if names is not None:
+                    logger.info("kept the grants of %s, %s and %s current", names.producer, names.worker, names.admin)
     finally:
         engine.dispose()
 

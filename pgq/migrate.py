@@ -145,8 +145,14 @@ def current_revision(dsn: str) -> str | None:
     return revisions[0] if revisions else None
 
 
-def upgrade(dsn: str, revision: str = "head") -> None:
+def upgrade(dsn: str, revision: str = "head", *, roles_prefix: str | None = None) -> None:
     """Migrate the database at `dsn` up to `revision` (default: the newest one).
+
+    When pgq's roles exist (see pgq.roles.sync_grants for how they are found; `roles_prefix` names
+    them), the same transaction then re-runs the roles script, so that they own and are granted
+    exactly what it gives them, new objects included: no `pgq roles` is needed after an upgrade. The
+    account migrating must then be a superuser or a member of the admin role. Without the roles
+    nothing of them changes.
 
     Runs every pending revision in one transaction that holds the advisory lock MIGRATION_LOCK_KEY, so
     concurrent callers (other threads, processes or hosts) serialize; a caller that finds the database
@@ -154,15 +160,19 @@ def upgrade(dsn: str, revision: str = "head") -> None:
     in `pgq.alembic_version`. Opens and closes its own connection. Raises PgqError on a server older
     than PostgreSQL 14 (nothing changed), psycopg errors when the
     database cannot be reached or the DDL fails (the transaction is then rolled back: nothing changed),
-    and alembic.util.CommandError for an unknown revision.
+    and alembic.util.CommandError for an unknown revision; PgqError when the roles of a given
+    `roles_prefix` do not all exist (nothing changed).
     """
     import alembic.command
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         check_server_version(conn.info.server_version)
     logger.info("upgrading %s to %s", _database_name(dsn), revision)
+    config = _config(dsn)
+    config.attributes["sync_roles"] = True
+    config.attributes["roles_prefix"] = roles_prefix
     with _alembic_lock:
-        alembic.command.upgrade(_config(dsn), revision)
+        alembic.command.upgrade(config, revision)
     _log_revision(dsn)
 
 

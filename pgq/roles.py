@@ -2,9 +2,10 @@
 
 Roles are cluster-wide and creating them needs CREATEROLE, which the user running `pgq migrate` often
 lacks, so no migration creates them. `roles_sql()` renders `sql/roles/pgq_roles.sql` for a DBA (the
-`pgq roles` command prints it); `apply_roles()` runs it. The script is idempotent and meant to be
-re-run after every migration. The schema side (enqueue as a SECURITY DEFINER function, the trigger
-that keeps cancel and retry to administrators) is revision 0002.
+`pgq roles` command prints it); `apply_roles()` runs it. The script is idempotent, and
+`sync_grants()`, which `pgq migrate` calls in its transaction, re-runs it whenever the roles exist, so
+the objects of a new revision get their owner and grants at once. The schema side (enqueue as a
+SECURITY DEFINER function, the trigger that keeps cancel and retry to administrators) is revision 0002.
 
 - ``<prefix>producer``: enqueue (through pgq.enqueue / pgq.enqueue_many) and read; writes no table.
 - ``<prefix>worker``: a producer that also claims, completes, fails, heartbeats, snoozes and rescues
@@ -17,14 +18,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import psycopg
 from psycopg import sql
 
-from ._sql import data_dir
+from ._sql import data_dir, query
+from .errors import PgqError
 
-__all__ = ["DEFAULT_PREFIX", "RoleNames", "apply_roles", "roles_sql"]
+__all__ = ["DEFAULT_PREFIX", "RoleNames", "apply_roles", "roles_sql", "sync_grants"]
 
 DEFAULT_PREFIX: Final = "pgq_"
 
@@ -70,11 +72,40 @@ def _script(names: RoleNames) -> sql.Composed:
     )
 
 
+def _transaction(script: sql.Composed) -> sql.Composed:
+    return sql.Composed([sql.SQL("BEGIN;\n\n"), script, sql.SQL("\nCOMMIT;\n")])
+
+
 def roles_sql(prefix: str = DEFAULT_PREFIX) -> str:
     """Return the roles script (one transaction) for roles named with `prefix`, for a DBA to review
     and run with ``psql -v ON_ERROR_STOP=1``. Connects to nothing. Raises ValueError for a bad prefix.
     """
-    return _script(RoleNames.with_prefix(prefix)).as_string(None)
+    return _transaction(_script(RoleNames.with_prefix(prefix))).as_string(None)
+
+
+def sync_grants(conn: psycopg.Connection[Any], prefix: str | None = None) -> RoleNames | None:
+    """Make pgq's roles own and be granted exactly what the roles script gives them, in `conn`'s open
+    transaction (the migration's): `pgq migrate` calls it after the revisions ran. Returns the roles
+    kept current, or None when there are none, and then changes nothing.
+
+    The roles are those of `prefix` when given, else those named after the owner of schema pgq
+    (``<prefix>admin``, after `pgq roles` ran on this database), else those of DEFAULT_PREFIX; a
+    prefix counts only when its three roles all exist (this creates none). Needs the rights of the
+    script's ownership step: a superuser, or a member of the admin role that owns pgq's objects.
+    Raises ValueError for a bad `prefix`, PgqError when the roles of a given `prefix` do not all
+    exist, and psycopg errors (InsufficientPrivilege ...) from the server.
+    """
+    if prefix is not None:
+        RoleNames.with_prefix(prefix)
+    row = conn.execute(query("roles/roles_prefix"), {"prefix": prefix, "default_prefix": DEFAULT_PREFIX}).fetchone()
+    if row is None or (prefix is not None and row[0] != prefix):
+        if prefix is not None:
+            raise PgqError(f"the roles {prefix}producer, {prefix}worker and {prefix}admin do not all exist: "
+                           "create them with `pgq roles`")
+        return None
+    names = RoleNames.with_prefix(str(row[0]))
+    conn.execute(_script(names))
+    return names
 
 
 def apply_roles(dsn: str, prefix: str = DEFAULT_PREFIX) -> RoleNames:
@@ -88,5 +119,5 @@ def apply_roles(dsn: str, prefix: str = DEFAULT_PREFIX) -> RoleNames:
     """
     names = RoleNames.with_prefix(prefix)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(_script(names))  # the script has its own BEGIN ... COMMIT
+        conn.execute(_transaction(_script(names)))
     return names

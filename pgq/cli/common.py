@@ -94,15 +94,15 @@ PGBOUNCER_HELP = "the DSN is a PgBouncer in transaction pooling mode: prepare no
 
 
 def dsn_parent(dsn_help: str | None = None, *, pgbouncer_help: str | None = None) -> argparse.ArgumentParser:
-    """A parent parser with `--dsn` (help `dsn_help`, or the usual one) and, given `pgbouncer_help`,
-    `--pgbouncer`."""
+    """A parent parser with `--dsn` (help `dsn_help`, or the usual one, followed by the warning that a
+    password on the command line shows in `ps`) and, given `pgbouncer_help`, `--pgbouncer`."""
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument(
         "--dsn",
         metavar="DSN",
         default=None,
-        help=dsn_help
-        or f"database to use: a libpq connection string or postgresql:// URL (default: ${ENV_DSN})",
+        help=(dsn_help or f"database to use: a libpq connection string or postgresql:// URL (default: ${ENV_DSN})")
+        + f"; a password given here shows in `ps` to other users of the machine: prefer ${ENV_DSN} or ~/.pgpass",
     )
     if pgbouncer_help:
         parent.add_argument("--pgbouncer", action="store_true", help=pgbouncer_help)

@@ -51,7 +51,8 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
     p.add_argument("--port", metavar="PORT", type=int_range("port", 1, 65535), default=8787,
                    help="port to listen on (default: 8787)")
     p.add_argument("--auth", metavar="USER:PASSWORD", default=None,
-                   help=f"require these credentials (HTTP Basic) on every page and API call (default: ${ENV_AUTH})")
+                   help=f"require these credentials (HTTP Basic) on every page and API call (default: ${ENV_AUTH}); "
+                        f"given here, the password shows in `ps` to other users of the machine: prefer ${ENV_AUTH}")
     p.add_argument("--read-only", action="store_true",
                    help="show everything, change nothing: every action answers 403 and no button is shown")
     p.add_argument("--app", metavar="MODULE:APP", default=None,

@@ -23,7 +23,8 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
         description=(
             "Upgrade the database to pgq's newest schema revision, in one transaction, under an\n"
             "advisory lock (concurrent runs wait for each other). Does nothing when already up to date.\n"
-            "Everything pgq creates lives in the schema `pgq`."
+            "Everything pgq creates lives in the schema `pgq`. When pgq's roles exist (`pgq roles`), the\n"
+            "same transaction hands new objects to them and re-grants: no second command is needed."
         ),
     )
     p.add_argument(

@@ -30,8 +30,8 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
         formatter_class=Formatter,
         help="print (or --apply) the SQL that creates pgq's least-privilege roles",
         description=(
-            "Print the SQL script a DBA runs once per database (and again after each `pgq migrate`)\n"
-            "to set up three NOLOGIN roles, then grant them to service accounts:\n"
+            "Print the SQL script a DBA runs once per database to set up three NOLOGIN roles, then\n"
+            "grant them to service accounts (`pgq migrate` keeps their grants current afterwards):\n"
             "  PREFIXproducer  enqueue (pgq.enqueue) and read jobs; cannot change or delete any job\n"
             "  PREFIXworker    a producer that also claims, finishes, heartbeats and rescues jobs,\n"
             "                  enqueues periodic ticks and sets concurrency limits; it cannot cancel,\n"

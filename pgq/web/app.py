@@ -46,6 +46,7 @@ def create_app(
     pool_size: int = 4,
     pgbouncer: bool = False,
     allowed_hosts: Iterable[str] | None = None,
+    trust_network: bool = False,
 ) -> Starlette:
     """Build the pgq dashboard: an ASGI app to serve with uvicorn or to mount in your own Starlette or
     FastAPI app (``Mount("/pgq", app=create_app(dsn, auth=...))``: links follow the mount path).
@@ -64,8 +65,12 @@ def create_app(
     need to share. `allowed_hosts`: answer only requests whose Host header (port aside) is one of
     these names (400 otherwise): the defence of a dashboard without `auth` on a loopback address
     against DNS rebinding, which `pgq dashboard` applies in that case; None: any Host.
+    `trust_network`: serve without `auth` and without `allowed_hosts`, trusting whatever reaches the
+    app (a proxy that authenticates, a private network) to be allowed to cancel jobs and pause queues.
 
-    Raises PgqError for a bad argument (auth without a colon, refresh_s <= 0, pool_size < 1).
+    Raises PgqError for a bad argument (auth without a colon, refresh_s <= 0, pool_size < 1), and when
+    neither `auth`, `allowed_hosts` nor ``trust_network=True`` is given (such a dashboard answers
+    anyone who reaches it, and pages of any site through DNS rebinding).
     Connects to nothing until the first request.
     """
     if isinstance(auth, str):
@@ -75,6 +80,10 @@ def create_app(
             raise PgqError(str(exc)) from None
     elif auth is not None and (len(auth) != 2 or not all(isinstance(a, str) and a for a in auth)):
         raise PgqError("auth must be 'USER:PASSWORD' or a (user, password) pair of non-empty str")
+    if auth is None and allowed_hosts is None and not trust_network:
+        raise PgqError("a dashboard without auth must be told who may reach it: pass auth='USER:PASSWORD', "
+                       "allowed_hosts=[the names it is served under], or trust_network=True when what "
+                       "reaches it (an authenticating proxy, a private network) is trusted")
     if isinstance(refresh_s, bool) or not isinstance(refresh_s, int | float) or not (
             math.isfinite(refresh_s) and refresh_s > 0):
         raise PgqError(f"refresh_s must be a number of seconds > 0, got {refresh_s!r}")
@@ -138,6 +147,8 @@ def _routes(pages: Pages, api: Api) -> list[BaseRoute]:
         Route("/jobs/{job_id}", pages.job),
         Route("/jobs/{job_id}/cancel", p(pages.job_action, "cancel"), methods=post),
         Route("/jobs/{job_id}/retry", p(pages.job_action, "retry"), methods=post),
+        Route("/queues/pause", p(pages.queue_action, "pause"), methods=post),
+        Route("/queues/resume", p(pages.queue_action, "resume"), methods=post),
         Route("/queues/{name:path}/pause", p(pages.queue_action, "pause"), methods=post),
         Route("/queues/{name:path}/resume", p(pages.queue_action, "resume"), methods=post),
         Route("/workers", pages.workers),

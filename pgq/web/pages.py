@@ -9,7 +9,7 @@ import functools
 import importlib.metadata
 from http import HTTPStatus
 from typing import Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -32,9 +32,12 @@ FORM_MAX = 4096
 _NOTICES = {
     "cancel": "Job cancelled: it will not run again.",
     "retry": "Job queued again, with a fresh series of attempts (waiting first for any parent not finished).",
-    "pause": "Queue {queue} paused: no worker claims its jobs until it is resumed.",
-    "resume": "Queue {queue} resumed: its ready jobs start again.",
+    "pause": "Queue paused: no worker claims its jobs until it is resumed.",
+    "resume": "Queue resumed: its ready jobs start again.",
 }
+"""The notices a page shows after an action (`?done=<key>`): fixed texts, nothing of the URL in them,
+so a link of another site cannot make the dashboard say what it likes."""
+MAX_FORM_FIELDS = 10
 
 
 @functools.cache
@@ -156,13 +159,18 @@ class Pages:
         return RedirectResponse(f"{base_path(request)}/jobs/{job_id}?done={action}", status_code=303)
 
     async def queue_action(self, action: actions.QueueAction, request: Request) -> Response:
-        """`POST /queues/{name}/pause|resume` from the overview's form: then back to the overview."""
-        await self._check_form(request)
-        name = params.queue_name(request.path_params["name"])
+        """`POST /queues/pause|resume` from the overview's form, the queue's name in its field `queue`
+        (a name like ``..`` or ``a/b`` in the path would be rewritten by the browser before it is sent),
+        or `POST /queues/{name}/pause|resume`: then back to the overview."""
+        fields = await self._check_form(request)
+        if "name" in request.path_params:
+            name = params.queue_name(request.path_params["name"])
+        else:
+            name = params.queue_name((fields.get("queue") or [""])[-1])
         await actions.queue_action(self.dash, action, name)
-        return RedirectResponse(f"{base_path(request)}/?done={action}&queue={quote(name, safe='')}", status_code=303)
+        return RedirectResponse(f"{base_path(request)}/?done={action}", status_code=303)
 
-    async def _check_form(self, request: Request) -> None:
+    async def _check_form(self, request: Request) -> dict[str, list[str]]:
         if self.dash.settings.read_only:
             raise HttpError(403, actions.READ_ONLY)
         media = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -175,13 +183,13 @@ class Pages:
             body += chunk
             if len(body) > FORM_MAX:
                 raise HttpError(413, "the form is too large")
-        fields = parse_qs(body.decode("latin-1"), max_num_fields=10)
+        try:
+            fields = parse_qs(body.decode("latin-1"), max_num_fields=MAX_FORM_FIELDS)
+        except ValueError:
+            raise HttpError(400, f"the form has more than {MAX_FORM_FIELDS} fields") from None
         self.dash.csrf.check_form(request, {CSRF_FIELD: (fields.get(CSRF_FIELD) or [""])[-1]})
+        return fields
 
 
 def _notice(request: Request) -> str | None:
-    done = request.query_params.get("done")
-    template = _NOTICES.get(done or "")
-    if template is None:
-        return None
-    return template.format(queue=request.query_params.get("queue", ""))
+    return _NOTICES.get(request.query_params.get("done") or "")

@@ -26,9 +26,10 @@ import base64
 import binascii
 import hashlib
 import hmac
+import math
 import secrets
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers, MutableHeaders
@@ -39,6 +40,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .errors import HttpError
 
 __all__ = [
+    "AUTH_FAILURES",
+    "AUTH_WINDOW_S",
     "CSP",
     "CSRF_COOKIE",
     "CSRF_FIELD",
@@ -95,19 +98,37 @@ def _digest(user: str, password: str) -> bytes:
     return hashlib.sha256(f"{user}:{password}".encode()).digest()
 
 
+AUTH_FAILURES = 10
+"""Wrong credentials one client address may send per AUTH_WINDOW_S before it is answered 429."""
+AUTH_WINDOW_S = 60.0
+_TRACKED_ADDRESSES = 10_000
+
+
 class BasicAuth:
     """ASGI middleware: every HTTP request but those for static files needs the credentials `user` and
     `password` (HTTP Basic); others get 401 with a `WWW-Authenticate` challenge (and, under /api/,
     the API's ``{"error": ...}``). The comparison is hmac.compare_digest on SHA-256 digests, so it
     takes the same time whatever the guess. A request for a static file that climbs out of /static/
-    (``/static/../api/...``) still only reaches the static files, which refuse it."""
+    (``/static/../api/...``) still only reaches the static files, which refuse it.
 
-    def __init__(self, app: ASGIApp, user: str, password: str) -> None:
+    Guessing is throttled per client address: after AUTH_FAILURES requests with wrong credentials in
+    a window of AUTH_WINDOW_S seconds (counted from the first), every request from that address gets
+    429 with `Retry-After` until the window ends, right credentials included (else the guessing would
+    go on). A request without credentials (a browser's first) is not a guess. Behind a proxy, the
+    address is the proxy's unless the server passes the client's on (uvicorn's --proxy-headers). The
+    count lives in this process; `clock` (monotonic seconds) is for tests."""
+
+    def __init__(self, app: ASGIApp, user: str, password: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.app = app
         self._expected = _digest(user, password)
+        self._clock = clock
+        self._failures: dict[str, tuple[float, int]] = {}  # address -> (window start, failures)
 
-    def _allowed(self, scope: Scope) -> bool:
-        header = Headers(scope=scope).get("authorization", "")
+    def _allowed(self, scope: Scope) -> bool | None:
+        """True for the right credentials, False for wrong ones, None for none at all."""
+        header = Headers(scope=scope).get("authorization")
+        if header is None:
+            return None
         scheme, _, encoded = header.partition(" ")
         if scheme.lower() != "basic":
             return False
@@ -118,13 +139,48 @@ class BasicAuth:
         user, sep, password = decoded.partition(":")
         return hmac.compare_digest(_digest(user, password), self._expected) and bool(sep)
 
+    def _wait_s(self, address: str, now: float) -> float:
+        """Seconds `address` must wait before its credentials are checked again (0: no wait)."""
+        started, failures = self._failures.get(address, (now, 0))
+        if now - started >= AUTH_WINDOW_S:
+            self._failures.pop(address, None)
+            return 0.0
+        return AUTH_WINDOW_S - (now - started) if failures >= AUTH_FAILURES else 0.0
+
+    def _failed(self, address: str, now: float) -> None:
+        if len(self._failures) >= _TRACKED_ADDRESSES:  # forget finished windows; bounded memory
+            self._failures = {a: w for a, w in self._failures.items() if now - w[0] < AUTH_WINDOW_S}
+            if len(self._failures) >= _TRACKED_ADDRESSES:
+                self._failures.pop(next(iter(self._failures)))
+        started, failures = self._failures.get(address, (now, 0))
+        self._failures[address] = (started, failures + 1)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or _is_static(scope) or self._allowed(scope):
+        if scope["type"] != "http" or _is_static(scope):
             await self.app(scope, receive, send)
             return
+        client = scope.get("client")
+        address = str(client[0]) if client else ""
+        now = self._clock()
+        wait = self._wait_s(address, now)
+        response: Response
+        if wait > 0:
+            message = "too many wrong user names or passwords from this address: try again later"
+            retry = {"Retry-After": str(max(1, math.ceil(wait)))}
+            if route_path(scope).startswith("/api/"):
+                response = JSONResponse({"error": message}, status_code=429, headers=retry)
+            else:
+                response = PlainTextResponse(f"429 Too Many Requests: {message}\n", status_code=429, headers=retry)
+            await response(scope, receive, send)
+            return
+        allowed = self._allowed(scope)
+        if allowed:
+            await self.app(scope, receive, send)
+            return
+        if allowed is False:
+            self._failed(address, now)
         message = "this pgq dashboard needs a user name and password"
         challenge = {"WWW-Authenticate": 'Basic realm="pgq dashboard", charset="UTF-8"'}
-        response: Response
         if route_path(scope).startswith("/api/"):
             response = JSONResponse({"error": message}, status_code=401, headers=challenge)
         else:
@@ -227,17 +283,40 @@ class Csrf:
                                  "and try again")
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin(scheme: str, netloc: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an http(s) origin, the port defaulted by the scheme; None when it is not
+    one (another scheme, no host, a malformed port)."""
+    scheme = scheme.lower()
+    if scheme not in _DEFAULT_PORTS:
+        return None
+    try:
+        parts = urlsplit(f"{scheme}://{netloc}")
+        port = parts.port
+    except ValueError:
+        return None
+    if not parts.hostname or parts.username is not None or parts.password is not None:
+        return None
+    return scheme, parts.hostname, port if port is not None else _DEFAULT_PORTS[scheme]
+
+
 def check_same_origin(request: Request) -> None:
     """Raise HttpError(403) when the request says it comes from another site: `Sec-Fetch-Site` other
-    than same-origin or none, or an `Origin` whose host and port differ from the `Host` header."""
+    than same-origin or none, or an `Origin` that differs from the dashboard's own in scheme, host or
+    port (the dashboard's: the request's scheme, as the server or its proxy headers say, and its
+    `Host` header)."""
     site = request.headers.get("sec-fetch-site")
     if site is not None and site not in ("same-origin", "none"):
         raise HttpError(403, f"cross-site request refused (Sec-Fetch-Site: {site})")
     origin = request.headers.get("origin")
     if origin is None:
         return
-    host = request.headers.get("host", "")
-    if origin == "null" or urlsplit(origin).netloc.lower() != host.lower():
+    scheme, sep, netloc = origin.partition("://")
+    sent = _origin(scheme, netloc) if sep and "/" not in netloc else None
+    own = _origin(request.url.scheme, request.headers.get("host", ""))
+    if sent is None or own is None or sent != own:
         raise HttpError(403, "cross-origin request refused: its Origin is not this dashboard's")
 
 

@@ -9,7 +9,7 @@ import datetime as dt
 import json
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 import jinja2
 
@@ -64,10 +64,6 @@ def _first_line(text: str | None) -> str:
     return "" if not text else text.strip().splitlines()[0] if text.strip() else ""
 
 
-def _quote(text: str) -> str:
-    return quote(text, safe="")
-
-
 def _query(params: Mapping[str, Any]) -> str:
     return urlencode({k: v for k, v in params.items() if v not in (None, "")})
 
@@ -82,7 +78,7 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(age=format_age, relative=format_relative, time=format_time, pretty=pretty_json,
-                       first_line=_first_line, quote_segment=_quote, query=_query, duration=format_duration,
+                       first_line=_first_line, query=_query, duration=format_duration,
                        window=format_window)
     return env
 

@@ -1,6 +1,7 @@
 -- pgq roles: the three roles pgq needs and their grants, for a DBA to review and run (`pgq roles`
--- prints this script with the role names filled in; `pgq roles --apply` runs it). Idempotent: run it
--- again after every `pgq migrate`, so objects a newer revision created get their grants and owner.
+-- prints this script with the role names filled in, in one transaction; `pgq roles --apply` runs it).
+-- Idempotent. `pgq migrate` runs it too, in its own transaction, whenever the roles exist, so that
+-- objects a newer revision created get their grants and owner without a second command.
 -- Needs CREATEROLE for the roles that are missing (roles are cluster-wide) and, for the ownership
 -- step, a superuser or the current owner of pgq's objects who is also a member of the admin role.
 -- Touches nothing outside schema pgq (and the roles). None of the roles can log in: grant them to
@@ -18,8 +19,6 @@
 --               jobs) is a purge, so a worker with only this role skips it and logs why.
 --   {admin}     owns schema pgq and everything in it: cancel, retry, purge, migrate. Grant it to
 --               the account that runs `pgq migrate`, `pgq jobs cancel|retry`, `pgq purge`.
-
-BEGIN;
 
 -- 1. The roles, created only when missing; an existing role is left as it is.
 DO $roles$
@@ -97,8 +96,16 @@ GRANT EXECUTE ON FUNCTION
 -- job's input only, so status, attempts and lease columns always take their defaults (queued, 0, none).
 GRANT INSERT (kind, payload, queue, priority, run_at, max_attempts, input_watermark, limited)
     ON pgq.jobs TO {producer};
--- A worker is a producer too (handlers enqueue, the periodic step enqueues ticks).
-GRANT {producer} TO {worker};
+-- A worker is a producer too (handlers enqueue, the periodic step enqueues ticks). Only when it is not
+-- one yet: granting a role needs CREATEROLE, which the admin running `pgq migrate` (which re-runs this
+-- script) lacks.
+DO $member$
+BEGIN
+    IF NOT pg_catalog.pg_has_role({worker_name}, {producer_name}, 'MEMBER') THEN
+        GRANT {producer} TO {worker};
+    END IF;
+END
+$member$;
 -- Only the columns that claim, complete, fail, heartbeat, snooze and rescue write (and the progress
 -- handlers report); never a job's identity or input (id, queue, kind, payload, priority, dedupe_key,
 -- input_watermark, max_attempts).
@@ -120,5 +127,3 @@ GRANT EXECUTE ON FUNCTION
     pgq.claim(text[], text[], integer, double precision, text),
     pgq.limits_changed(text)
     TO {worker};
-
-COMMIT;

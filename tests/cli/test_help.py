@@ -83,3 +83,18 @@ def test_the_cli_reference_in_the_docs_is_current(monkeypatch: pytest.MonkeyPatc
     if os.environ.get("PGQ_UPDATE_DOCS") == "1":
         CLI_DOC.write_text(wanted)
     assert text == wanted, "docs/cli.md is out of date: run this test with PGQ_UPDATE_DOCS=1"
+
+
+@pytest.mark.parametrize(("path", "parser"), [(p, s) for p, s in COMMAND_PARSERS
+                                              if any("--dsn" in a.option_strings for a in s._actions)],
+                         ids=lambda v: " ".join(v) if isinstance(v, tuple) else "")
+def test_secrets_on_the_command_line_are_said_to_show_in_ps(path: tuple[str, ...],
+                                                           parser: argparse.ArgumentParser) -> None:
+    """Every --dsn and --auth help says that a secret given there shows in `ps`, and names the
+    environment variable to use instead."""
+    for action in parser._actions:
+        if {"--dsn", "--auth"} & set(action.option_strings):
+            text = " ".join((action.help or "").split())
+            assert "shows in `ps`" in text, (path, action.option_strings)
+            assert ("$PGQ_DSN" if "--dsn" in action.option_strings else "$PGQ_DASHBOARD_AUTH") in text.split(
+                "shows in `ps`")[1], (path, text)

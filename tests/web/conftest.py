@@ -24,11 +24,13 @@ __all__ = ["Client", "Roles", "basic", "csrf_token"]
 
 @pytest.fixture
 def dashboard(pgq_dsn: str) -> Iterator[Client]:
-    """A factory of TestClients on `create_app(dsn, **options)` (default dsn: the test's database),
-    entered (so the app's lifespan runs and its pool closes) and closed at the end of the test."""
+    """A factory of TestClients on `create_app(dsn, **options)` (default dsn: the test's database;
+    trust_network=True unless given), entered (so the app's lifespan runs and its pool closes) and
+    closed at the end of the test."""
     clients: list[TestClient] = []
 
     def make(dsn: str | None = None, *, client_options: dict[str, Any] | None = None, **options: Any) -> TestClient:
+        options.setdefault("trust_network", True)
         client = TestClient(create_app(dsn or pgq_dsn, **options), **(client_options or {}))
         client.__enter__()
         clients.append(client)

@@ -253,13 +253,13 @@ def test_pause_and_resume_a_queue(page: Any, pgq_queue: Queue, db: SQL) -> None:
     row = page.locator('tr[data-queue="mail"]')
     row.locator('button:has-text("Pause")').click()
 
-    expect(page.locator(".notice")).to_contain_text("Queue mail paused")
+    expect(page.locator(".notice")).to_contain_text("Queue paused")
     expect(row.locator(".badge-paused")).to_be_visible()
     assert db("SELECT queue FROM pgq.paused_queues") == [{"queue": "mail"}]
     expect(page.locator('tr[data-queue="images"] .badge-paused')).to_have_count(0)
 
     row.locator('button:has-text("Resume")').click()
-    expect(page.locator(".notice")).to_contain_text("Queue mail resumed")
+    expect(page.locator(".notice")).to_contain_text("Queue resumed")
     expect(row.locator(".badge-paused")).to_have_count(0)
     assert db("SELECT queue FROM pgq.paused_queues") == []
 

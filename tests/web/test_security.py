@@ -294,7 +294,7 @@ def test_mounted_under_a_path_links_and_rules_follow_the_mount(pgq_dsn: str, pgq
         page = client.get("/ops/pgq/", headers=auth)
         assert page.status_code == 200
         assert 'href="/ops/pgq/static/app.css' in page.text and 'href="/ops/pgq/jobs"' in page.text
-        assert 'action="/ops/pgq/queues/mail/pause"' in page.text
+        assert 'action="/ops/pgq/queues/pause"' in page.text and 'name="queue" value="mail"' in page.text
         assert "Path=/ops/pgq" in page.headers["set-cookie"]
         assert client.get("/ops/pgq/static/app.js").status_code == 200
         assert client.get(f"/ops/pgq/api/jobs/{job_id}", headers=auth).json()["job"]["id"] == job_id
@@ -304,9 +304,9 @@ def test_mounted_under_a_path_links_and_rules_follow_the_mount(pgq_dsn: str, pgq
         done = client.post(f"/ops/pgq/jobs/{job_id}/cancel", data={"csrf_token": token}, headers=auth,
                            follow_redirects=False)
         assert done.status_code == 303 and done.headers["location"] == f"/ops/pgq/jobs/{job_id}?done=cancel"
-        paused = client.post("/ops/pgq/queues/mail/pause", data={"csrf_token": token}, headers=auth,
+        paused = client.post("/ops/pgq/queues/pause", data={"csrf_token": token, "queue": "mail"}, headers=auth,
                              follow_redirects=False)
-        assert paused.headers["location"] == "/ops/pgq/?done=pause&queue=mail"
+        assert paused.headers["location"] == "/ops/pgq/?done=pause"
     assert db("SELECT status::text FROM pgq.jobs") == [{"status": "cancelled"}]
     assert db("SELECT queue FROM pgq.paused_queues") == [{"queue": "mail"}]
 
