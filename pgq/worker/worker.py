@@ -145,7 +145,7 @@ class Worker:
         threads = Threads(loop, cfg.concurrency, f"pgq-{cfg.claimed_by}")
         state = self._begin(loop)
         acks = Acknowledger(state, queue)
-        runner = Runner(state, self.app.tasks, threads, acks)
+        runner = Runner(state, self.app.tasks, threads, acks, queue)
         state.start = runner.start
         producer = Producer(state, queue, acks, self.app.tasks, self._fail_fatally)
         await pool.open()
