@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import itertools
 import logging
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -864,3 +867,35 @@ def test_claims_pause_sooner_for_big_payloads_while_acknowledgements_cannot_get_
                             runs, at_least=8, while_stalled=while_stalled, concurrency=4)
     assert db.status_counts() == {"succeeded": 100}
     assert sorted(runs) == list(range(100))
+
+
+def test_run_async_drains_every_worker_of_the_loop_and_leaves_a_signal_the_application_handles(
+        pgq_dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    app = pgq.App(pgq_dsn)
+    caplog.set_level(logging.INFO, logger="pgq.worker")
+    mine: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda sig, _frame: mine.append(sig))  # the host application's
+
+    async def main() -> None:
+        workers = [pgq.Worker(app, lease=5, poll_interval=0.5) for _ in range(2)]
+        runs = [asyncio.create_task(w.run_async()) for w in workers]
+
+        async def started() -> bool:
+            return sum("started: queues" in r.getMessage() for r in caplog.records) == 2
+
+        await async_wait_for(started, 15, "both workers to start")
+        os.kill(os.getpid(), signal.SIGTERM)
+        await async_wait_for(lambda: asyncio.sleep(0, bool(mine)), 5, "the application's handler to run")
+        assert not any(r.done() for r in runs)  # SIGTERM is the application's: the workers run on
+        os.kill(os.getpid(), signal.SIGINT)  # nobody else's (asyncio.run's Ctrl-C): both drain
+        await asyncio.wait_for(asyncio.gather(*runs), 20)
+        sigint = signal.getsignal(signal.SIGINT)
+        assert isinstance(sigint, functools.partial)  # asyncio.run's own Ctrl-C handling is back
+
+    try:
+        asyncio.run(main())
+        assert mine == [signal.SIGTERM] and signal.getsignal(signal.SIGTERM) is not previous
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert any("SIGTERM is handled by the application" in r.getMessage() for r in caplog.records)
+    assert sum("SIGINT received: draining" in r.getMessage() for r in caplog.records) == 2
