@@ -15,7 +15,7 @@ import logging
 import math
 import signal
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict
@@ -37,7 +37,7 @@ from .shutdown import shut_down
 from .state import COUNTERS, WorkerState
 from .threads import Threads
 
-__all__ = ["Worker"]
+__all__ = ["Worker", "queue_warnings"]
 
 logger = logging.getLogger("pgq.worker")
 
@@ -167,6 +167,8 @@ class Worker:
             logger.info("worker %s started: queues %s, concurrency %d, lease %g s", cfg.claimed_by,
                         ", ".join(cfg.queues) if cfg.queues else "(all)", cfg.concurrency, cfg.lease,
                         extra={"event": "worker_start", "worker": cfg.claimed_by})
+            for warning in queue_warnings(self.app, cfg.queues, periodic=cfg.maintenance):
+                logger.warning(warning, extra={"event": "worker_queue_warning", "worker": cfg.claimed_by})
             background.append(self._spawn(acks.run(), "flusher"))
             # Without LISTEN, cancellations are learnt by reading the leases every poll interval.
             heartbeat = Heartbeat(state, queue, acks, runner,
@@ -308,6 +310,30 @@ class Worker:
             logger.warning("%s received again: aborting, releasing running jobs now", name,
                            extra={"event": "worker_signal"})
             state.begin_abort()
+
+
+def queue_warnings(app: App, queues: Sequence[str] | None, *, periodic: bool = True) -> list[str]:
+    """What a worker serving `queues` (None: all) of `app` should warn about at start, one line each:
+    every periodic task whose ticks go to a queue it does not serve (checked when `periodic`, i.e.
+    the worker runs maintenance and so enqueues ticks), and every queue of `queues` that no task of
+    the app is enqueued into by default. Empty when all is well."""
+    if queues is None:
+        return []
+    served = set(queues)
+    lines = []
+    if periodic:
+        for p in app.periodic_tasks:
+            if p.queue not in served:
+                lines.append(f"periodic task {p.name!r} enqueues its ticks into queue {p.queue!r}, which this "
+                             f"worker does not serve (queues: {', '.join(queues)}): a worker serving {p.queue!r} "
+                             f"must run them")
+    used = {t.queue for t in app.tasks.values()}
+    for name in queues:
+        if name not in used:
+            lines.append(f"queue {name!r}: no task of this app is enqueued there by default (tasks' queues: "
+                         f"{', '.join(sorted(used)) or 'none'}); this worker runs only jobs enqueued there "
+                         f"explicitly")
+    return lines
 
 
 # The workers of each loop that handle each signal: one loop handler per signal serves them all, so

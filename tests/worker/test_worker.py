@@ -899,3 +899,35 @@ def test_run_async_drains_every_worker_of_the_loop_and_leaves_a_signal_the_appli
         signal.signal(signal.SIGTERM, previous)
     assert any("SIGTERM is handled by the application" in r.getMessage() for r in caplog.records)
     assert sum("SIGINT received: draining" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_worker_warns_at_start_about_ticks_it_does_not_serve_and_queues_no_task_uses(
+        pgq_dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    app = pgq.App(pgq_dsn)
+
+    @app.task(queue="mail")
+    def send_email(to: str) -> None:
+        pass
+
+    @app.periodic(every=3600)
+    def tidy_up() -> None:  # ticks go to queue default
+        pass
+
+    @app.periodic(every=3600, queue="mail", name="digest")
+    def mail_digest() -> None:
+        pass
+
+    caplog.set_level(logging.INFO, logger="pgq.worker")
+
+    async def started(_: AsyncQueue) -> bool:  # the warnings come right after the start line
+        return any("started: queues" in r.getMessage() for r in caplog.records)
+
+    asyncio.run(run_worker_until(app, started, queues=["mail", "mial"]))
+    warnings = [r.getMessage() for r in caplog.records if getattr(r, "event", None) == "worker_queue_warning"]
+    assert len(warnings) == 2, warnings
+    assert "periodic task 'tidy_up'" in warnings[0] and "queue 'default'" in warnings[0]
+    assert "queue 'mial'" in warnings[1] and "no task of this app" in warnings[1]
+    # A worker serving every queue, or the queues its tasks and ticks use, has nothing to say.
+    assert pgq.worker.queue_warnings(app, None) == []
+    assert pgq.worker.queue_warnings(app, ["mail", "default"]) == []
+    assert pgq.worker.queue_warnings(app, ["mail"], periodic=False) == []
