@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import io
 import os
 from collections.abc import Iterator
@@ -83,3 +84,8 @@ def test_the_cli_reference_in_the_docs_is_current(monkeypatch: pytest.MonkeyPatc
     if os.environ.get("PGQ_UPDATE_DOCS") == "1":
         CLI_DOC.write_text(wanted)
     assert text == wanted, "docs/cli.md is out of date: run this test with PGQ_UPDATE_DOCS=1"
+
+
+def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"pgq {importlib.metadata.version('pgq-jobs')}\n"
