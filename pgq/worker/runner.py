@@ -30,7 +30,7 @@ from .outcome import FINISH_LEVELS, HandlerTimeout, Rejected, clip, failure, job
 from .state import Running, WorkerState
 from .threads import Threads, retrieve
 
-__all__ = ["UNKNOWN_KIND_BACKOFF", "UNKNOWN_KIND_ERROR", "Runner"]
+__all__ = ["UNKNOWN_KIND_BACKOFF", "UNKNOWN_KIND_ERROR", "Runner", "unknown_kind_delay"]
 
 logger = logging.getLogger("pgq.worker")
 
@@ -171,11 +171,7 @@ class Runner:
         job = claim.job
         worker = self._state.config.claimed_by
         low, high = UNKNOWN_KIND_BACKOFF
-        now = time.monotonic()
-        delay, since = self._unknown_delay.get(job.kind, (low, now))
-        if now - since >= delay:  # a new round of the same kind: back off further
-            delay, since = min(delay * 2, high), now
-        self._unknown_delay[job.kind] = (delay, since)
+        delay = unknown_kind_delay(self._unknown_delay, job.kind, time.monotonic(), low, high)
         if (job.kind, job.queue) not in self._unknown_warned:
             self._unknown_warned.add((job.kind, job.queue))
             known = ", ".join(sorted(self._tasks)) or "none"
@@ -193,6 +189,8 @@ class Runner:
                                one_line(exc), extra=job_extra(job, "job_unknown_kind"))
         if run.interrupted is not None:
             return run.interrupted
+        if run.released:  # shutdown handed it back while the reason was being stored
+            return "released"
         self._acks.snooze(claim, delay)
         return "unknown kind"
 
@@ -317,6 +315,19 @@ class Runner:
             extra["error"] = error
             logger.log(level, "job %d %s attempt %d/%d: %s (%.1f ms): %s", job.id, job.kind, job.attempts,
                        job.max_attempts, outcome, seconds * 1000, clip(error, 500), extra=extra)
+
+
+def unknown_kind_delay(rounds: dict[str, tuple[float, float]], kind: str, now: float, low: float,
+                       high: float) -> float:
+    """Seconds until a job of unknown `kind` handed back at `now` (monotonic seconds) is due again:
+    `low` at first; doubled, up to `high`, once per round, a round being a hand-back at least the
+    current delay after the last change (the jobs came back and are still unknown). `rounds` holds
+    {kind: (delay, when it was set)} between calls, and is updated."""
+    delay, since = rounds.get(kind, (low, now))
+    if now - since >= delay:
+        delay, since = min(delay * 2, high), now
+    rounds[kind] = (delay, since)
+    return delay
 
 
 def sync_call(task: Task, kwargs: dict[str, Any], job_context: JobContext) -> Callable[[], Any]:

@@ -80,3 +80,19 @@ def test_unknown_kind_waits_for_a_new_worker_beside_an_old_one_without_spending_
     warnings = [r.getMessage() for r in caplog.records if "no task of this worker's app knows" in r.getMessage()]
     assert len(warnings) == 1, warnings  # once per (kind, queue), however often the jobs came back
     assert "'resize'" in warnings[0] and "'default'" in warnings[0]
+
+
+def test_unknown_kind_delay_doubles_once_per_round_up_to_its_cap_per_kind() -> None:
+    rounds: dict[str, tuple[float, float]] = {}
+
+    def delay(kind: str, now: float) -> float:
+        return runner_module.unknown_kind_delay(rounds, kind, now, 30.0, 300.0)
+
+    # A burst of 1,000 jobs handed back at once all get the first delay: one round.
+    assert {delay("resize", 1000.0 + i / 1000) for i in range(1000)} == {30.0}
+    assert delay("crop", 1001.0) == 30.0  # each kind has its own rounds
+    assert delay("resize", 1030.0) == 60.0  # they came back 30 s later: the next round
+    assert delay("resize", 1031.0) == 60.0
+    assert [delay("resize", t) for t in (1090.0, 1210.0, 1450.0, 1750.0, 2050.0)] == [120.0, 240.0, 300.0, 300.0,
+                                                                                      300.0]
+    assert delay("crop", 1031.0) == 60.0
