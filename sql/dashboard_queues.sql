@@ -1,6 +1,7 @@
 -- dashboard_queues: per queue, what the overview shows of its waiting, queued and running jobs:
 -- waiting (for parent jobs), ready, scheduled, running, expired leases (pgq.queue_backlog), retrying
--- (queued again after a failed attempt), the distinct workers running its jobs, the age of its
+-- (queued again after a failed attempt; among them, unknown_kind: handed back by a worker whose app
+-- has no task of their kind, see sql/queue_unknown_kinds.sql), the distinct workers running its jobs, the age of its
 -- oldest ready job, when its next scheduled job is due, and whether it is paused (and since when).
 -- Paused queues without jobs are listed too, and so are queues holding only waiting jobs.
 --
@@ -16,7 +17,8 @@ WITH waiting AS (
     GROUP BY j.queue
 ),
 retrying AS (
-    SELECT j.queue, count(*) AS retrying
+    SELECT j.queue, count(*) AS retrying,
+           count(*) FILTER (WHERE j.last_error LIKE 'no worker of queue %% knows kind %%') AS unknown_kind
     FROM pgq.jobs j
     WHERE j.status = 'queued' AND j.last_error IS NOT NULL
     GROUP BY j.queue
@@ -34,6 +36,7 @@ SELECT coalesce(b.queue, p.queue, t.queue) AS queue,
        coalesce(b.running, 0) AS running,
        coalesce(b.expired_leases, 0) AS expired_leases,
        coalesce(r.retrying, 0) AS retrying,
+       coalesce(r.unknown_kind, 0) AS unknown_kind,
        coalesce(w.workers, 0) AS workers,
        extract(epoch FROM b.oldest_ready_age)::double precision AS oldest_ready_age_s,
        b.next_run_at,

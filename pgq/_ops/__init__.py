@@ -42,7 +42,18 @@ from .driver import (
     run_async,
     run_sync,
 )
-from .jobs import RESCUE_BATCH, claim, complete, enqueue, fail, heartbeat, lease_check, rescue_expired, snooze
+from .jobs import (
+    RESCUE_BATCH,
+    claim,
+    complete,
+    enqueue,
+    error_set,
+    fail,
+    heartbeat,
+    lease_check,
+    rescue_expired,
+    snooze,
+)
 from .leader import (
     LeaderRun,
     StalledSession,
@@ -78,6 +89,7 @@ __all__ = [
     "dependencies",
     "end_stalled_as_leader",
     "enqueue",
+    "error_set",
     "fail",
     "get",
     "heartbeat",

@@ -237,11 +237,16 @@ def is_dirty(queue: str, dedupe_key: str) -> Operation[bool]:
 
 
 def queue_stats() -> Operation[list[dict[str, Any]]]:
-    """Rows of the pgq.queue_stats view."""
+    """Rows of the pgq.queue_stats view, each with `unknown_kinds` added: {kind: number of queued
+    jobs} that a worker handed back because its app has no task of that kind (empty when none;
+    sql/queue_unknown_kinds.sql)."""
 
     def steps() -> Steps[list[dict[str, Any]]]:
         rows = yield Stmt("queue_stats", {})
-        return [dict(row) for row in rows]
+        unknown: dict[str, dict[str, int]] = {}
+        for row in (yield Stmt("queue_unknown_kinds", {})):
+            unknown.setdefault(row["queue"], {})[row["kind"]] = int(row["jobs"])
+        return [{**row, "unknown_kinds": unknown.get(row["queue"], {})} for row in rows]
 
     return Operation("queue_stats", steps, retry_safe=True)
 

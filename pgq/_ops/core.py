@@ -91,8 +91,9 @@ def _clean_text(text: str) -> str:
 WRITING_STATEMENTS: tuple[str, ...] = (
     "concurrency_limit_delete", "concurrency_limit_set", "job_cancel", "job_claim",
     "job_claim_fast", "job_complete", "job_enqueue", "job_enqueue_one", "job_fail", "job_heartbeat",
-    "job_enqueue_after", "job_insert", "job_insert_one", "job_purge", "job_rescue", "job_retry", "job_snooze",
-    "job_wait_mark", "limits_changed", "maintenance_lock", "periodic_enqueue", "queue_pause", "queue_resume",
+    "job_enqueue_after", "job_error_set", "job_insert", "job_insert_one", "job_purge", "job_rescue", "job_retry",
+    "job_snooze", "job_wait_mark", "limits_changed", "maintenance_lock", "periodic_enqueue", "queue_pause",
+    "queue_resume",
     "rate_limit_delete", "rate_limit_set",
 )
 READ_ONLY_STATEMENTS: tuple[str, ...] = (
@@ -100,6 +101,7 @@ READ_ONLY_STATEMENTS: tuple[str, ...] = (
     "dashboard_jobs", "dashboard_queue_names", "dashboard_queues", "dashboard_rate_limits", "dashboard_rights",
     "dashboard_running", "dashboard_ticks", "dashboard_workers",
     "job_dependencies", "job_get", "job_lease_check", "job_list", "job_next_run_at", "key_is_dirty", "ping",
-    "queue_backlog", "queue_exists", "queue_stats", "schema_check", "session_utc", "stalled_session_end",
+    "queue_backlog", "queue_exists", "queue_stats", "queue_unknown_kinds", "schema_check", "session_utc",
+    "stalled_session_end",
     "transaction_guard",
 )

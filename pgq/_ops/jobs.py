@@ -407,6 +407,19 @@ def _busy_or_lost(operation: str, sent: list[int], done: dict[int, K], skipped: 
     return _check_lost(operation, sent, done, raise_lost)
 
 
+def error_set(claim: Claim, error: str) -> Operation[bool]:
+    """Store `error` as the last_error of `claim`'s job while its attempt still holds its lease
+    (sql/job_error_set.sql): why a worker hands the attempt back. Returns whether it did (False: the
+    lease was lost). Retry-safe (storing the same text twice changes nothing)."""
+    params: dict[str, Any] = {"id": claim.job.id, "token": claim.token, "error": _clean_text(error)}
+
+    def steps() -> Steps[bool]:
+        rows = yield Stmt("job_error_set", params)
+        return bool(rows)
+
+    return Operation("job_error_set", steps, retry_safe=True)
+
+
 def _progress_param(ids: list[int], progress: Mapping[int, str] | None) -> list[str | None] | None:
     """The `progress` array of an acknowledgement or heartbeat: one JSON text (or NULL) per id, or
     NULL for the whole array when no job has any (the common case costs nothing)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -59,6 +60,7 @@ __all__ = [
     "format_duration",
     "format_status",
     "main",
+    "package_version",
     "parse_duration",
     "render_table",
     "setup_logging",
@@ -126,12 +128,22 @@ examples:
   pgq demo"""
 
 
+def package_version() -> str:
+    """The installed version of pgq (distribution pgq-jobs); "unknown" when it is not installed."""
+    try:
+        return importlib.metadata.version("pgq-jobs")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the `pgq` command, every sub-command and option documented.
 
     Each sub-command's namespace carries `handler`, the function that runs it.
     """
     parser = argparse.ArgumentParser(prog="pgq", description=_DESCRIPTION, epilog=_EPILOG, formatter_class=Formatter)
+    parser.add_argument("--version", action="version", version=f"pgq {package_version()}",
+                        help="print pgq's version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     dsn = dsn_parent(pgbouncer_help=PGBOUNCER_HELP)
     for command in COMMANDS:

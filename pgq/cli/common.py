@@ -13,6 +13,8 @@ from typing import TypeAlias, cast
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from .. import _sql
+from ..app import App, load_app
 from ..client import Queue
 
 __all__ = [
@@ -30,9 +32,12 @@ __all__ = [
     "describe_dsn",
     "dsn_parent",
     "fail",
+    "load_cli_app",
     "one_line",
     "open_queue",
+    "queue_exists",
     "resolve_dsn",
+    "warn",
 ]
 
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -59,6 +64,29 @@ def one_line(exc: BaseException | str) -> str:
     """Return an error message on one line: its lines stripped and joined with "; "."""
     lines = [line.strip() for line in str(exc).splitlines()]
     return "; ".join(line for line in lines if line) or type(exc).__name__
+
+
+def warn(message: str) -> None:
+    """Print `message` as ``pgq: warning: <message>`` on stderr (the command goes on)."""
+    print(f"pgq: warning: {message}", file=sys.stderr)
+
+
+def queue_exists(queue: Queue, name: str) -> bool:
+    """Whether any job, in any status, belongs to queue `name` (sql/queue_exists.sql): pgq keeps no
+    table of queues, so a queue exists while it holds jobs."""
+    with queue.pool.connection() as conn:
+        row = conn.execute(_sql.query("queue_exists"), {"queue": name}).fetchone()
+    return bool(row and row[0])
+
+
+def load_cli_app(spec: str) -> App:
+    """Load the App named by `spec` ('module:attribute') for a command (`--app`, `pgq worker`), with
+    the current directory importable first, as `python -m` has it. Raises PgqError (one line) when
+    the module or attribute is missing or not an App."""
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    return load_app(spec)
 
 
 def fail(message: str, code: int) -> int:

@@ -20,6 +20,7 @@ from .common import (
     check_database,
     connect_dsn,
     describe_dsn,
+    load_cli_app,
     resolve_dsn,
 )
 
@@ -110,9 +111,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     import uvicorn
 
-    from ..app import load_app
-
-    app = load_app(args.app) if args.app else None
+    app = load_cli_app(args.app) if args.app else None
     check_database(dsn)
     # Without a password, answer only to this machine's names: a page elsewhere that re-points its own
     # name at 127.0.0.1 (DNS rebinding) would otherwise be same-origin with the dashboard.

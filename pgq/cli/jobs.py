@@ -7,12 +7,11 @@ import dataclasses
 import datetime as dt
 import json
 
-from .. import _sql
 from ..client import Queue
 from ..errors import NotFound
 from ..models import Dependencies, Dependency, Job, JobStatus
 from .args import int_range, job_id, status_arg
-from .common import EXIT_OK, CliError, Commands, Formatter, open_queue
+from .common import EXIT_OK, CliError, Commands, Formatter, open_queue, queue_exists
 from .render import cell, dependencies_json, format_relative, jsonable, render_table
 
 JOBS_LIST_DEFAULT_LIMIT = 50
@@ -88,17 +87,11 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
     q.set_defaults(handler=cmd_jobs_cancel)
 
 
-def _queue_exists(queue: Queue, name: str) -> bool:
-    with queue.pool.connection() as conn:
-        row = conn.execute(_sql.query("queue_exists"), {"queue": name}).fetchone()
-    return bool(row and row[0])
-
-
 def cmd_jobs_list(args: argparse.Namespace) -> int:
     """`pgq jobs list`: jobs matching the filters, newest first, as a table or JSON."""
     with open_queue(args) as queue:
         found = queue.list(status=args.status, queue=args.queue, kind=args.kind, limit=args.limit)
-        if not found and args.queue is not None and not _queue_exists(queue, args.queue):
+        if not found and args.queue is not None and not queue_exists(queue, args.queue):
             raise CliError(f"no such queue: {args.queue!r} holds no jobs")
     if args.json:
         print(json.dumps([jsonable(dataclasses.asdict(job)) for job in found], indent=2))

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .common import EXIT_OK, Commands, Formatter, open_queue
+from .common import EXIT_OK, Commands, Formatter, open_queue, queue_exists, warn
 from .render import cell, format_age, print_rows, render_table, seconds_of
 
 __all__ = ["format_queues", "register"]
@@ -40,7 +40,10 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
     q = actions.add_parser(
         "pause", parents=[dsn], formatter_class=Formatter, help="stop workers from claiming a queue's jobs",
         description="Pause queue NAME: when this command returns, no worker claims its jobs any more.\n"
-                    "Running jobs finish; enqueueing still works. Pausing a paused queue changes nothing.",
+                    "Running jobs finish; enqueueing still works. Pausing a paused queue changes nothing.\n"
+                    "pgq keeps no list of queues (a queue exists through its jobs), so a queue that holds\n"
+                    "no job yet is paused too, ahead of its first job, with a warning on stderr in case\n"
+                    "the name is mistyped (exit status 0).",
     )
     q.add_argument("name", metavar="NAME", help="queue name")
     q.set_defaults(handler=cmd_queue_pause)
@@ -82,6 +85,10 @@ def cmd_queue_pause(args: argparse.Namespace) -> int:
     """`pgq queue pause NAME`."""
     with open_queue(args) as queue:
         changed = queue.pause(args.name)
+        known = queue_exists(queue, args.name)
+    if not known:
+        warn(f"queue {cell(args.name)!r} holds no jobs: paused anyway, ahead of its first job (a mistyped "
+             "name? `pgq queue list` shows the queues; `pgq queue resume` undoes it)")
     print(f"queue {cell(args.name)} is paused" + ("" if changed else " (it was already)"))
     return EXIT_OK
 

@@ -26,7 +26,10 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
             "  RUNNING    claimed by a worker          EXPIRED    running, lease expired (to be rescued)\n"
             "  FAILED     failed for good              OLDEST     age of the oldest ready job\n"
             "  DONE/MIN   jobs that succeeded in the last minute (throughput)\n"
-            "A paused queue (pgq queue pause) is marked '(paused)'."
+            "A paused queue (pgq queue pause) is marked '(paused)'.\n"
+            "Queued jobs that a worker handed back because its app has no task of their kind (a rolling\n"
+            "deploy; see docs/operations.md) are listed below the table, by queue and kind; in --json\n"
+            "each row has them as unknown_kinds: {kind: jobs}."
         ),
     )
     p.add_argument("--json", action="store_true", help="print JSON (ages in seconds) instead of a table")
@@ -39,7 +42,9 @@ _COUNTS = ("waiting", "ready", "scheduled", "running", "expired_leases", "failed
 
 def format_status(rows: Sequence[Mapping[str, Any]]) -> str:
     """Render rows of `Queue.stats()` (the pgq.queue_stats view) as an aligned table, one row per
-    queue plus a TOTAL row when there are several; "no jobs in any queue" when there are none."""
+    queue plus a TOTAL row when there are several; "no jobs in any queue" when there are none.
+    Below it, the jobs of each queue and kind handed back because no worker knew their kind (the
+    rows' `unknown_kinds`), if any."""
     if not rows:
         return "no jobs in any queue"
     body = [
@@ -57,7 +62,13 @@ def format_status(rows: Sequence[Mapping[str, Any]]) -> str:
             *(str(sum(int(r[k]) for r in rows)) for k in _COUNTS),
             format_age(max(ages) if ages else None),
         ])
-    return render_table(STATUS_COLUMNS, body, right=range(1, len(STATUS_COLUMNS)))
+    table = render_table(STATUS_COLUMNS, body, right=range(1, len(STATUS_COLUMNS)))
+    unknown = [f"  {cell(str(r['queue']))}: {n} {cell(kind)!r}" for r in rows
+               for kind, n in (r.get("unknown_kinds") or {}).items()]
+    if unknown:
+        table += ("\nWaiting for a worker that knows their kind (handed back without spending an attempt; "
+                  "they run once a worker whose app has the task serves the queue):\n" + "\n".join(unknown))
+    return table
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import sys
 from typing import Any
 
-from ..app import load_app
 from ..errors import one_line
 from .args import int_range, non_empty, seconds_arg
-from .common import ENV_DSN, EXIT_OK, CliError, Commands, Formatter, check_database, connect_dsn, dsn_parent
+from .common import (
+    ENV_DSN,
+    EXIT_OK,
+    CliError,
+    Commands,
+    Formatter,
+    check_database,
+    connect_dsn,
+    dsn_parent,
+    load_cli_app,
+)
 from .logs import setup_logging
 
 __all__ = ["register", "wait_for_database"]
@@ -125,10 +132,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     The worker connects to `--dsn` when given, else to the App's own DSN (PGQ_DSN is not consulted:
     the App's code decides). Either way that database must be reachable and migrated before it starts.
     """
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)  # like `python -m`: the user's modules are importable from here
-    app = load_app(args.app)
+    app = load_cli_app(args.app)  # like `python -m`: the user's modules are importable from here
     dsn = connect_dsn(args.dsn or app.dsn)
     # Logging starts once the App loads: a bad app or DSN stays one line on stderr; the wait for the
     # database is logged.

@@ -407,7 +407,8 @@ class AsyncQueue:
         return await self._run(_ops.is_dirty(queue, key))
 
     async def stats(self) -> builtins.list[dict[str, Any]]:
-        """Rows of the pgq.queue_stats view (one dict per queue, with `paused` and `paused_at`)."""
+        """Rows of the pgq.queue_stats view (one dict per queue, with `paused` and `paused_at`), each
+        with `unknown_kinds`: {kind: queued jobs handed back because no worker knew that kind}."""
         return await self._run(_ops.queue_stats())
 
     async def pause(self, queue: str) -> bool:

@@ -395,7 +395,8 @@ class Queue:
         return self._run(_ops.is_dirty(queue, key))
 
     def stats(self) -> builtins.list[dict[str, Any]]:
-        """Rows of the pgq.queue_stats view (one dict per queue, with `paused` and `paused_at`)."""
+        """Rows of the pgq.queue_stats view (one dict per queue, with `paused` and `paused_at`), each
+        with `unknown_kinds`: {kind: queued jobs handed back because no worker knew that kind}."""
         return self._run(_ops.queue_stats())
 
     def pause(self, queue: str) -> bool:

@@ -141,6 +141,8 @@ class QueueSummary:
     running: int = 0
     expired_leases: int = 0
     retrying: int = 0
+    unknown_kind: int = 0
+    """Of the retrying jobs, those a worker handed back because its app has no task of their kind."""
     workers: int = 0
     oldest_ready_age_s: float | None = None
     next_run_at: dt.datetime | None = None
@@ -201,7 +203,8 @@ def overview(finished_cap: int = FINISHED_CAP) -> _ops.Operation[Overview]:
         by_name: dict[str, QueueSummary] = {}
         for row in (yield _ops.Stmt("dashboard_queues", {})):
             summary = _queue(by_name, row["queue"])
-            for key in ("waiting", "ready", "scheduled", "running", "expired_leases", "retrying", "workers"):
+            for key in ("waiting", "ready", "scheduled", "running", "expired_leases", "retrying", "unknown_kind",
+                        "workers"):
                 setattr(summary, key, int(row[key]))
             summary.oldest_ready_age_s = row["oldest_ready_age_s"]
             summary.next_run_at = row["next_run_at"]

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from .config import WorkerConfig, default_worker_name
 from .prefetch import PREFETCH_FIRST_LOOK, PREFETCH_HORIZON, PREFETCH_MAX, PREFETCH_MAX_BYTES
-from .worker import Worker
+from .worker import Worker, queue_warnings
 
 __all__ = [
     "PREFETCH_FIRST_LOOK",
@@ -42,4 +42,5 @@ __all__ = [
     "Worker",
     "WorkerConfig",
     "default_worker_name",
+    "queue_warnings",
 ]

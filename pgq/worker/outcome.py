@@ -32,7 +32,8 @@ MAX_ERROR_CHARS: Final = 8000
 """Error texts (message and traceback) longer than this are cut in the middle."""
 
 FINISH_LEVELS: Final = {"succeeded": logging.DEBUG, "snoozed": logging.DEBUG, "retry": logging.WARNING,
-                        "released": logging.WARNING, "cancelled": logging.INFO, "lease lost": logging.WARNING}
+                        "released": logging.WARNING, "unknown kind": logging.DEBUG, "cancelled": logging.INFO,
+                        "lease lost": logging.WARNING}
 """Log level of a job's finish line by outcome (any other outcome: a failure, ERROR)."""
 
 

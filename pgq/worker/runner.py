@@ -16,8 +16,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import psycopg
+
+from .. import _ops
+from ..client import AsyncQueue
 from ..context import JobContext, _current
-from ..errors import InvalidJob
+from ..errors import InvalidJob, one_line
 from ..models import Claim, Job, encode_json
 from ..retries import Snooze
 from ..tasks import Task, follow_up_spec
@@ -26,21 +30,33 @@ from .outcome import FINISH_LEVELS, HandlerTimeout, Rejected, clip, failure, job
 from .state import Running, WorkerState
 from .threads import Threads, retrieve
 
-__all__ = ["Runner"]
+__all__ = ["UNKNOWN_KIND_BACKOFF", "UNKNOWN_KIND_ERROR", "Runner", "unknown_kind_delay"]
 
 logger = logging.getLogger("pgq.worker")
+
+UNKNOWN_KIND_BACKOFF: tuple[float, float] = (30.0, 300.0)
+"""Seconds after which a job of a kind the worker's app does not know is due again: the first
+value at first, doubled each round (a hand-back of that kind at least the current delay after the
+last doubling) up to the second. Kept per kind by each worker run."""
+
+UNKNOWN_KIND_ERROR = "no worker of queue {queue!r} knows kind {kind!r} (handed back by worker {worker})"
+"""The last_error stored with a job handed back for its unknown kind. sql/queue_unknown_kinds.sql
+counts the jobs by its start: keep 'no worker of queue % knows kind %' in step with it."""
 
 
 class Runner:
     """Runs handlers for one run of a worker; `start` puts a claimed job in a free slot."""
 
     def __init__(self, state: WorkerState, tasks: Mapping[str, Task], threads: Threads,
-                 acks: Acknowledger) -> None:
+                 acks: Acknowledger, queue: AsyncQueue) -> None:
         self._state = state
         self._tasks = tasks
         self._threads = threads
         self._acks = acks
+        self._queue = queue
         self._running = state.running
+        self._unknown_delay: dict[str, tuple[float, float]] = {}  # kind: (delay s, monotonic time set)
+        self._unknown_warned: set[tuple[str, str]] = set()  # (kind, queue)
 
     def start(self, claim: Claim, claimed_at: float) -> None:
         """Start `claim`'s handler (the caller made sure a slot is free)."""
@@ -124,9 +140,8 @@ class Runner:
             failed: BaseException | None = None
             try:
                 if task is None:
-                    known = ", ".join(sorted(self._tasks)) or "none"
-                    raise Rejected(f"unknown task kind {job.kind!r}: no task of that name is registered in "
-                                   f"this worker's app (known: {known})")
+                    outcome = await self._hand_back(run)
+                    return
                 try:
                     kwargs = task.check_arguments(job.payload)
                 except InvalidJob as exc:
@@ -146,6 +161,38 @@ class Runner:
             outcome, error = self._conclude(run, task, value, failed)
         finally:
             self.end_run(run, outcome, error)
+
+    async def _hand_back(self, run: Running) -> str:
+        """A job of a kind this worker's app has no task for: not a failure, since another worker
+        (a newer deploy, or one serving other kinds) may know it. Store why on the job, then give it
+        back to its queue without spending an attempt, due after the kind's backoff. Warn once per
+        (kind, queue). Returns the run's outcome."""
+        claim = run.claim
+        job = claim.job
+        worker = self._state.config.claimed_by
+        low, high = UNKNOWN_KIND_BACKOFF
+        delay = unknown_kind_delay(self._unknown_delay, job.kind, time.monotonic(), low, high)
+        if (job.kind, job.queue) not in self._unknown_warned:
+            self._unknown_warned.add((job.kind, job.queue))
+            known = ", ".join(sorted(self._tasks)) or "none"
+            logger.warning("queue %r has jobs of kind %r, which no task of this worker's app knows (known: %s): "
+                           "handing them back without spending an attempt, due again in %g s at first (up "
+                           "to %g s), until a worker that knows the kind runs them", job.queue, job.kind,
+                           known, low, high, extra={**job_extra(job, "job_unknown_kind"), "worker": worker})
+        error = UNKNOWN_KIND_ERROR.format(queue=job.queue, kind=job.kind, worker=worker)
+        if job.last_error != error:  # the same worker meeting it again has nothing new to say
+            try:
+                await self._queue._run(_ops.error_set(claim, error))
+            except (psycopg.OperationalError, psycopg.errors.QueryCanceled) as exc:
+                # Only the reason is lost; the hand-back below is retried by the acknowledger.
+                logger.warning("job %d %s: could not store why it is handed back (%s)", job.id, job.kind,
+                               one_line(exc), extra=job_extra(job, "job_unknown_kind"))
+        if run.interrupted is not None:
+            return run.interrupted
+        if run.released:  # shutdown handed it back while the reason was being stored
+            return "released"
+        self._acks.snooze(claim, delay)
+        return "unknown kind"
 
     def _sync_done(self, run: Running, task: Task, value: Any, failed: BaseException | None) -> None:
         # On the loop, once a sync handler started by `start` returned or raised.
@@ -254,7 +301,7 @@ class Runner:
         future.add_done_callback(returned)
 
     def _log_finish(self, job: Job, outcome: str, seconds: float, error: str | None) -> None:
-        if outcome != "released":
+        if outcome not in ("released", "unknown kind"):
             self._state.metrics.job_duration(job.queue, job.kind, seconds)
         level = FINISH_LEVELS.get(outcome, logging.ERROR)
         if not logger.isEnabledFor(level):
@@ -268,6 +315,19 @@ class Runner:
             extra["error"] = error
             logger.log(level, "job %d %s attempt %d/%d: %s (%.1f ms): %s", job.id, job.kind, job.attempts,
                        job.max_attempts, outcome, seconds * 1000, clip(error, 500), extra=extra)
+
+
+def unknown_kind_delay(rounds: dict[str, tuple[float, float]], kind: str, now: float, low: float,
+                       high: float) -> float:
+    """Seconds until a job of unknown `kind` handed back at `now` (monotonic seconds) is due again:
+    `low` at first; doubled, up to `high`, once per round, a round being a hand-back at least the
+    current delay after the last change (the jobs came back and are still unknown). `rounds` holds
+    {kind: (delay, when it was set)} between calls, and is updated."""
+    delay, since = rounds.get(kind, (low, now))
+    if now - since >= delay:
+        delay, since = min(delay * 2, high), now
+    rounds[kind] = (delay, since)
+    return delay
 
 
 def sync_call(task: Task, kwargs: dict[str, Any], job_context: JobContext) -> Callable[[], Any]:

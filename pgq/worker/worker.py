@@ -15,7 +15,7 @@ import logging
 import math
 import signal
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict
@@ -37,7 +37,7 @@ from .shutdown import shut_down
 from .state import COUNTERS, WorkerState
 from .threads import Threads
 
-__all__ = ["Worker"]
+__all__ = ["Worker", "queue_warnings"]
 
 logger = logging.getLogger("pgq.worker")
 
@@ -50,8 +50,10 @@ class Worker:
     timedeltas are accepted), or a ready `WorkerConfig` as `config`, not both. Raises InvalidJob for
     invalid settings; nothing connects until the worker runs.
 
-    `run()` blocks until the worker has shut down (it installs SIGTERM/SIGINT handlers: first signal
-    drains, second aborts); `await run_async()` does the same inside a running loop. A Worker runs
+    `run()` blocks until the worker has shut down; `await run_async()` does the same inside a running
+    loop. Both handle SIGTERM and SIGINT (in the main thread): the first signal drains, a second
+    aborts; `run_async` leaves alone a signal the host application handles itself (see its
+    `handle_signals`). A Worker runs
     once. `stop()` and `abort()` may be called from any thread, before or while it runs. The worker
     owns its connection pool and LISTEN connection and closes both. `run_async` raises NotMigrated
     when the database has no pgq schema; database outages are survived, never raised.
@@ -121,11 +123,16 @@ class Worker:
             with contextlib.suppress(RuntimeError):  # loop closed: already stopped
                 loop.call_soon_threadsafe(action)
 
-    async def run_async(self, *, handle_signals: bool = False) -> None:
+    async def run_async(self, *, handle_signals: bool | None = None) -> None:
         """Run in the current event loop until stopped; see the class docstring.
 
-        `handle_signals`: install SIGTERM/SIGINT handlers (main thread only) for the duration.
-        Raises PgqError when the worker already ran, NotMigrated when the schema is missing.
+        `handle_signals`: whether SIGTERM and SIGINT drain the worker (first signal) and abort it
+        (second) while it runs, through the loop's signal handlers (main thread only).
+        None (the default): yes for each of the two signals that nobody else handles yet (Python's
+        defaults, or asyncio.run's Ctrl-C handling), no for one the host application handles or
+        ignores (then call `stop()` from its shutdown). True: always (as `run()` does). False: never.
+        Several workers in one loop all drain on the same signal. Raises PgqError when the worker
+        already ran, NotMigrated when the schema is missing.
         """
         if self._started:
             raise PgqError("a Worker runs only once; build another one")
@@ -145,12 +152,12 @@ class Worker:
         threads = Threads(loop, cfg.concurrency, f"pgq-{cfg.claimed_by}")
         state = self._begin(loop)
         acks = Acknowledger(state, queue)
-        runner = Runner(state, self.app.tasks, threads, acks)
+        runner = Runner(state, self.app.tasks, threads, acks, queue)
         state.start = runner.start
         producer = Producer(state, queue, acks, self.app.tasks, self._fail_fatally)
         await pool.open()
         self.app._bind_async_queue(loop, queue)
-        installed = self._install_signals(loop) if handle_signals else []
+        installed = self._install_signals(loop, force=handle_signals is True) if handle_signals is not False else []
         background: list[asyncio.Task[Any]] = []
         try:
             listener = self._listener(producer, runner, dsn, pgbouncer)
@@ -160,6 +167,8 @@ class Worker:
             logger.info("worker %s started: queues %s, concurrency %d, lease %g s", cfg.claimed_by,
                         ", ".join(cfg.queues) if cfg.queues else "(all)", cfg.concurrency, cfg.lease,
                         extra={"event": "worker_start", "worker": cfg.claimed_by})
+            for warning in queue_warnings(self.app, cfg.queues, periodic=cfg.maintenance):
+                logger.warning(warning, extra={"event": "worker_queue_warning", "worker": cfg.claimed_by})
             background.append(self._spawn(acks.run(), "flusher"))
             # Without LISTEN, cancellations are learnt by reading the leases every poll interval.
             heartbeat = Heartbeat(state, queue, acks, runner,
@@ -186,8 +195,7 @@ class Worker:
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
-            for sig in installed:
-                loop.remove_signal_handler(sig)
+            _signal_workers_remove(loop, self, installed)
             self.app._bind_async_queue(loop, None)
             threads.shutdown()
             if self._metrics_server is not None:
@@ -269,13 +277,24 @@ class Worker:
         if self._state is not None:
             self._state.begin_abort()
 
-    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> list[int]:
+    def _install_signals(self, loop: asyncio.AbstractEventLoop, force: bool) -> list[int]:
         if threading.current_thread() is not threading.main_thread():
-            logger.warning("not in the main thread: SIGTERM/SIGINT handlers not installed")
+            if force:
+                logger.warning("not in the main thread: SIGTERM/SIGINT handlers not installed")
             return []
         installed: list[int] = []
+        workers = _signal_workers.setdefault(loop, {})
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._on_signal, sig)
+            if sig not in workers:
+                if not force and _handled_elsewhere(sig):
+                    logger.info("%s is handled by the application: not installing the worker's handler "
+                                "(call worker.stop() on shutdown)", signal.Signals(sig).name,
+                                extra={"event": "worker_signal"})
+                    continue
+                _signal_previous[loop, sig] = signal.getsignal(sig)
+                loop.add_signal_handler(sig, _dispatch_signal, loop, sig)
+                workers[sig] = []
+            workers[sig].append(self)
             installed.append(sig)
         return installed
 
@@ -291,6 +310,68 @@ class Worker:
             logger.warning("%s received again: aborting, releasing running jobs now", name,
                            extra={"event": "worker_signal"})
             state.begin_abort()
+
+
+def queue_warnings(app: App, queues: Sequence[str] | None, *, periodic: bool = True) -> list[str]:
+    """What a worker serving `queues` (None: all) of `app` should warn about at start, one line each:
+    every periodic task whose ticks go to a queue it does not serve (checked when `periodic`, i.e.
+    the worker runs maintenance and so enqueues ticks), and every queue of `queues` that no task of
+    the app is enqueued into by default. Empty when all is well."""
+    if queues is None:
+        return []
+    served = set(queues)
+    lines = []
+    if periodic:
+        for p in app.periodic_tasks:
+            if p.queue not in served:
+                lines.append(f"periodic task {p.name!r} enqueues its ticks into queue {p.queue!r}, which this "
+                             f"worker does not serve (queues: {', '.join(queues)}): a worker serving {p.queue!r} "
+                             f"must run them")
+    used = {t.queue for t in app.tasks.values()}
+    for name in queues:
+        if name not in used:
+            lines.append(f"queue {name!r}: no task of this app is enqueued there by default (tasks' queues: "
+                         f"{', '.join(sorted(used)) or 'none'}); this worker runs only jobs enqueued there "
+                         f"explicitly")
+    return lines
+
+
+# The workers of each loop that handle each signal: one loop handler per signal serves them all, so
+# that several workers running in one loop all drain on the same SIGTERM.
+_signal_workers: dict[asyncio.AbstractEventLoop, dict[int, list[Worker]]] = {}
+_signal_previous: dict[tuple[asyncio.AbstractEventLoop, int], Any] = {}  # the handler to restore
+
+
+def _dispatch_signal(loop: asyncio.AbstractEventLoop, sig: int) -> None:
+    for worker in list(_signal_workers.get(loop, {}).get(sig, ())):
+        worker._on_signal(sig)
+
+
+def _signal_workers_remove(loop: asyncio.AbstractEventLoop, worker: Worker, signals: list[int]) -> None:
+    """`worker` stops handling `signals`; a signal no worker of `loop` handles any more gets its
+    previous handling back."""
+    workers = _signal_workers.get(loop, {})
+    for sig in signals:
+        handlers = workers.get(sig, [])
+        if worker in handlers:
+            handlers.remove(worker)
+        if not handlers and sig in workers:
+            del workers[sig]
+            loop.remove_signal_handler(sig)
+            previous = _signal_previous.pop((loop, sig), None)
+            if previous is not None:  # asyncio.run's Ctrl-C handling, or the application's
+                signal.signal(sig, previous)
+    if not workers:
+        _signal_workers.pop(loop, None)
+
+
+def _handled_elsewhere(sig: int) -> bool:
+    """Whether someone other than Python's defaults and asyncio.run handles (or ignores) `sig`."""
+    current = signal.getsignal(sig)
+    if current in (signal.SIG_DFL, signal.default_int_handler, None):
+        return False
+    func = current.func if isinstance(current, functools.partial) else current  # asyncio.Runner's is a partial
+    return not isinstance(getattr(func, "__self__", None), asyncio.Runner)
 
 
 def _not_ready(*_: object) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import io
 import os
 from collections.abc import Iterator
@@ -98,3 +99,8 @@ def test_secrets_on_the_command_line_are_said_to_show_in_ps(path: tuple[str, ...
             assert "shows in `ps`" in text, (path, action.option_strings)
             assert ("$PGQ_DSN" if "--dsn" in action.option_strings else "$PGQ_DASHBOARD_AUTH") in text.split(
                 "shows in `ps`")[1], (path, text)
+
+
+def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"pgq {importlib.metadata.version('pgq-jobs')}\n"

@@ -33,3 +33,15 @@ def test_pause_list_and_resume(cli: CLI, pgq_dsn: str, pgq_queue: Queue) -> None
 def test_pause_with_an_empty_name_is_an_error(cli: CLI, pgq_dsn: str) -> None:
     result = cli("queue", "pause", "", "--dsn", pgq_dsn)
     assert result.code != 0 and "queue must be a non-empty str" in result.err
+
+
+def test_pausing_a_queue_without_jobs_warns_and_still_pauses_it(cli: CLI, pgq_dsn: str, pgq_queue: Queue) -> None:
+    pgq_queue.enqueue("k", queue="mail")
+    mistyped = cli("queue", "pause", "mial", "--dsn", pgq_dsn)
+    assert mistyped.code == 0 and mistyped.out == "queue mial is paused\n"
+    assert mistyped.err.startswith("pgq: warning: queue 'mial' holds no jobs: paused anyway")
+    assert len(mistyped.err.splitlines()) == 1
+    assert '"queue": "mial"' in cli("queue", "list", "--json", "--dsn", pgq_dsn).out  # paused ahead of its jobs
+    known = cli("queue", "pause", "mail", "--dsn", pgq_dsn)
+    assert known.code == 0 and known.err == ""
+    assert "holds no job yet is paused too" in " ".join(cli("queue", "pause", "--help").out.split())

@@ -17,7 +17,7 @@ from psycopg.errors import InsufficientPrivilege
 from psycopg.rows import dict_row
 
 import pgq
-from pgq import migrate
+from pgq import _ops, migrate
 from pgq.cli import main
 from pgq.models import JobSpec, JobStatus
 from pgq.roles import roles_sql
@@ -237,7 +237,10 @@ def test_worker_claims_finishes_heartbeats_snoozes_and_rescues(roles: Roles) -> 
         w.heartbeat(claims.values(), lease=60)
         assert w.complete(claims[done], {"ok": True}) is JobStatus.SUCCEEDED
         assert w.fail(claims[failed], "boom").status is JobStatus.QUEUED
+        # A worker handing back a job of a kind it does not know says why first (pgq/worker/runner.py).
+        assert w._run(_ops.error_set(claims[snoozed], "no worker of queue 'q' knows kind 'k' (w1)")) is True
         assert w.snooze(claims[snoozed], 60).status is JobStatus.QUEUED
+        assert [r["unknown_kinds"] for r in w.stats()] == [{"k": 1}]
         assert w.complete(claims[keyed]) is JobStatus.SUCCEEDED  # records the key's processed watermark
         rows(roles.dsn, "UPDATE pgq.jobs SET lease_expires_at = now() - interval '1 s' WHERE id = %s", [lost])
         assert w.rescue_expired() == [lost]

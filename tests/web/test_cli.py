@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -33,6 +34,23 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: calls.append({"app": app, **kwargs}))
     monkeypatch.delenv("PGQ_DASHBOARD_AUTH", raising=False)
     return calls
+
+
+def test_app_is_imported_from_the_current_directory_as_in_pgq_worker(
+        capsys: pytest.CaptureFixture[str], pgq_dsn: str, served: list[dict[str, Any]], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "wf_dash_app.py").write_text(
+        "import pgq\napp = pgq.App('postgresql://unused')\n\n"
+        "@app.periodic(every=60)\ndef tidy_up() -> None:\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "wf_dash_app", raising=False)
+    try:
+        code, err = run_cli(capsys, "dashboard", "--dsn", pgq_dsn, "--app", "wf_dash_app:app")
+    finally:
+        sys.modules.pop("wf_dash_app", None)
+    assert code == 0, err
+    assert len(served) == 1
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "", "10.1.2.3", "192.168.0.10", "example.invalid"])

@@ -9,7 +9,7 @@ import re
 import pytest
 
 import pgq
-from pgq import Queue
+from pgq import Queue, _ops
 from pgq.web import queries
 from tests.conftest import SQL, enqueue_after
 
@@ -32,6 +32,21 @@ def test_overview_page_and_its_live_fragment(dashboard: Client, pgq_queue: Queue
     fragment = client.get("/", headers=LIVE)
     assert fragment.status_code == 200 and "<html" not in fragment.text and 'data-queue="mail"' in fragment.text
     assert fragment.headers["vary"] == "X-Pgq-Live"
+
+
+def test_overview_counts_jobs_handed_back_for_an_unknown_kind(dashboard: Client, pgq_queue: Queue) -> None:
+    pgq_queue.enqueue_many([{"kind": "resize", "queue": "img"}] * 2 + [{"kind": "crop", "queue": "img"}])
+    claims = pgq_queue.claim(worker="old", queues=["img"], limit=10)
+    for claim in claims:  # what a worker whose app has no such task does (pgq/worker/runner.py)
+        if claim.job.kind == "resize":
+            assert pgq_queue._run(_ops.error_set(claim, "no worker of queue 'img' knows kind 'resize' (old)"))
+            pgq_queue.snooze(claim, 60)
+        else:
+            pgq_queue.fail(claim, "ValueError: bad crop")
+    row = re.search(r'<tr data-queue="img">.*?</tr>', dashboard().get("/").text, flags=re.DOTALL)
+    assert row is not None
+    retrying = re.search(r'data-col="retrying">(.*?)</td>', row.group(0), flags=re.DOTALL)
+    assert retrying is not None and retrying.group(1).startswith("3 ") and "2 unknown kind" in retrying.group(1)
 
 
 def test_jobs_page_keeps_its_filters_and_links_the_next_page(dashboard: Client, pgq_queue: Queue) -> None:

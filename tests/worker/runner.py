@@ -6,6 +6,7 @@ Used by the subprocess tests (the `pgq worker` command is tested elsewhere). Log
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
 
@@ -27,6 +28,8 @@ def main() -> None:
     parser.add_argument("--listen-dsn", default=None)
     parser.add_argument("--io-timeout", type=float, default=None)
     parser.add_argument("--ack-delay", type=float, default=None, help="default: the worker's")
+    parser.add_argument("--async", action="store_true", dest="use_async",
+                        help="asyncio.run(worker.run_async()) with its defaults, instead of worker.run()")
     args = parser.parse_args()
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
@@ -37,7 +40,10 @@ def main() -> None:
         listen_dsn=args.listen_dsn, io_timeout=args.io_timeout,
         **({} if args.ack_delay is None else {"ack_delay": args.ack_delay}),
     )
-    worker.run()
+    if args.use_async:
+        asyncio.run(worker.run_async())
+    else:
+        worker.run()
     logging.getLogger("runner").info("worker exited cleanly")
 
 

@@ -69,6 +69,21 @@ def test_sigterm_lets_running_jobs_finish_within_the_drain_timeout(
     assert "worker exited cleanly" in worker.log()
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_run_async_with_its_defaults_drains_on_sigterm_and_sigint(
+    pgq_queue: pgq.Queue, db: DB, spawn_worker: Spawn, sig: signal.Signals
+) -> None:
+    worker = spawn_worker("--async", "--concurrency", "4", "--drain-timeout", "10", "--lease", "30")
+    pgq_queue.enqueue_many([{"kind": "nap", "payload": {"n": i, "seconds": 1.0}, "queue": "work"}
+                            for i in range(2)])
+    wait_for(lambda: len(effects(db, "started")) == 2, 15, "two jobs running")
+    worker.signal(sig)
+    assert worker.wait(10) == 0
+    assert db.status_counts() == {"succeeded": 2}
+    assert len(effects(db, "finished")) == 2
+    assert "draining" in worker.log() and "worker exited cleanly" in worker.log()
+
+
 def test_sigterm_past_the_drain_timeout_puts_jobs_back_at_once(
     pgq_queue: pgq.Queue, db: DB, spawn_worker: Spawn
 ) -> None:

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import itertools
 import logging
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -208,7 +211,7 @@ def test_poll_later_snoozes_until_the_deadline_then_fails_as_timed_out(pgq_dsn: 
     assert polls[-1] - polls[0] >= 0.7
 
 
-def test_unknown_kind_and_bad_payloads_fail_at_once_naming_the_problem(pgq_dsn: str, db: DB) -> None:
+def test_bad_payloads_fail_at_once_naming_the_problem(pgq_dsn: str, db: DB) -> None:
     app = pgq.App(pgq_dsn)
 
     @app.task
@@ -220,7 +223,6 @@ def test_unknown_kind_and_bad_payloads_fail_at_once_naming_the_problem(pgq_dsn: 
         return {1, 2}
 
     async def before(queue: AsyncQueue) -> None:
-        await queue.enqueue("no_such_task", {"x": 1})
         await queue.enqueue("send", [1, 2])
         await queue.enqueue("send", {"to": "a", "cc": "b"})
         await queue.enqueue("send", {})
@@ -230,11 +232,10 @@ def test_unknown_kind_and_bad_payloads_fail_at_once_naming_the_problem(pgq_dsn: 
     rows = db.rows("SELECT status::text, attempts, last_error FROM pgq.jobs ORDER BY id")
     assert all((r["status"], r["attempts"]) == ("failed", 1) for r in rows), rows
     errors = [r["last_error"] for r in rows]
-    assert "unknown task kind 'no_such_task'" in errors[0] and "send" in errors[0]
-    assert "task 'send'" in errors[1] and "JSON object" in errors[1]
-    assert "unexpected keyword argument 'cc'" in errors[2]
-    assert "missing a required argument: 'to'" in errors[3]
-    assert "task 'unstorable' returned a value that cannot be stored" in errors[4]
+    assert "task 'send'" in errors[0] and "JSON object" in errors[0]
+    assert "unexpected keyword argument 'cc'" in errors[1]
+    assert "missing a required argument: 'to'" in errors[2]
+    assert "task 'unstorable' returned a value that cannot be stored" in errors[3]
 
 
 def test_notify_wakes_an_idle_worker_at_once(pgq_dsn: str) -> None:
@@ -866,3 +867,67 @@ def test_claims_pause_sooner_for_big_payloads_while_acknowledgements_cannot_get_
                             runs, at_least=8, while_stalled=while_stalled, concurrency=4)
     assert db.status_counts() == {"succeeded": 100}
     assert sorted(runs) == list(range(100))
+
+
+def test_run_async_drains_every_worker_of_the_loop_and_leaves_a_signal_the_application_handles(
+        pgq_dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    app = pgq.App(pgq_dsn)
+    caplog.set_level(logging.INFO, logger="pgq.worker")
+    mine: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda sig, _frame: mine.append(sig))  # the host application's
+
+    async def main() -> None:
+        workers = [pgq.Worker(app, lease=5, poll_interval=0.5) for _ in range(2)]
+        runs = [asyncio.create_task(w.run_async()) for w in workers]
+
+        async def started() -> bool:
+            return sum("started: queues" in r.getMessage() for r in caplog.records) == 2
+
+        await async_wait_for(started, 15, "both workers to start")
+        os.kill(os.getpid(), signal.SIGTERM)
+        await async_wait_for(lambda: asyncio.sleep(0, bool(mine)), 5, "the application's handler to run")
+        assert not any(r.done() for r in runs)  # SIGTERM is the application's: the workers run on
+        os.kill(os.getpid(), signal.SIGINT)  # nobody else's (asyncio.run's Ctrl-C): both drain
+        await asyncio.wait_for(asyncio.gather(*runs), 20)
+        sigint = signal.getsignal(signal.SIGINT)
+        assert isinstance(sigint, functools.partial)  # asyncio.run's own Ctrl-C handling is back
+
+    try:
+        asyncio.run(main())
+        assert mine == [signal.SIGTERM] and signal.getsignal(signal.SIGTERM) is not previous
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert any("SIGTERM is handled by the application" in r.getMessage() for r in caplog.records)
+    assert sum("SIGINT received: draining" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_worker_warns_at_start_about_ticks_it_does_not_serve_and_queues_no_task_uses(
+        pgq_dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    app = pgq.App(pgq_dsn)
+
+    @app.task(queue="mail")
+    def send_email(to: str) -> None:
+        pass
+
+    @app.periodic(every=3600)
+    def tidy_up() -> None:  # ticks go to queue default
+        pass
+
+    @app.periodic(every=3600, queue="mail", name="digest")
+    def mail_digest() -> None:
+        pass
+
+    caplog.set_level(logging.INFO, logger="pgq.worker")
+
+    async def started(_: AsyncQueue) -> bool:  # the warnings come right after the start line
+        return any("started: queues" in r.getMessage() for r in caplog.records)
+
+    asyncio.run(run_worker_until(app, started, queues=["mail", "mial"]))
+    warnings = [r.getMessage() for r in caplog.records if getattr(r, "event", None) == "worker_queue_warning"]
+    assert len(warnings) == 2, warnings
+    assert "periodic task 'tidy_up'" in warnings[0] and "queue 'default'" in warnings[0]
+    assert "queue 'mial'" in warnings[1] and "no task of this app" in warnings[1]
+    # A worker serving every queue, or the queues its tasks and ticks use, has nothing to say.
+    assert pgq.worker.queue_warnings(app, None) == []
+    assert pgq.worker.queue_warnings(app, ["mail", "default"]) == []
+    assert pgq.worker.queue_warnings(app, ["mail"], periodic=False) == []
