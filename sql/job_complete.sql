@@ -1,44 +1,28 @@
 -- job_complete: finish a batch of attempts successfully; one statement for any number of jobs.
 -- Fenced: a row changes only while it is still running under the presented lease token; the
 -- caller compares the returned ids with the ones it sent to find lost leases.
--- Row locks: taken first, in id order, SKIP LOCKED unless `wait` (see job_heartbeat.sql: a
--- producer's open transaction, or a claimer for a moment, may hold a running job's row; one busy
--- row must not hold up the others). Rows still under the presented token in this statement's
--- snapshot but skipped come back with a NULL status (`busy`): not lost, to be sent again.
 -- Watermarks: `watermarks` holds, per job, the input watermark the run processed (NULL: none).
 -- If a newer watermark arrived while the job ran (input_watermark above the processed one), the
 -- job is not finished: it goes back to queued for one more run (a "dirty" re-run), with a fresh
 -- series of attempts. Otherwise it succeeds, and the key's processed watermark advances.
 -- `progress`: per job, progress its handler reported that no heartbeat stored yet (NULL: none; the
 -- whole array NULL when no job of the batch has any).
-WITH done AS (
+-- `lock_timeout`: the worker's own acknowledgements (each its own transaction) wait at most this
+-- long for a row lock that another transaction holds (a producer's, an operator's), then fail with
+-- lock_not_available and are sent again through job_complete_skip.sql, which skips held rows; NULL: wait as
+-- long as it takes (a caller's own use). Set for this statement's transaction only.
+WITH guard AS MATERIALIZED (
+    SELECT set_config('lock_timeout', %(lock_timeout)s::text, true) AS was_set
+    WHERE %(lock_timeout)s::text IS NOT NULL
+),
+done AS (
     SELECT d.id, d.token, d.result, d.watermark, d.progress
     FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(results)b::text[]::jsonb[],
                 %(watermarks)b::bigint[], %(progress)b::text[]::jsonb[])
          AS d(id, token, result, watermark, progress)
-),
-held AS (
-    -- Still ours in this statement's snapshot (read, no lock).
-    SELECT j.id
-    FROM pgq.jobs j JOIN done d ON j.id = d.id AND j.lease_token = d.token
-    WHERE j.id = ANY(%(ids)b::bigint[])
-),
-skipping AS (
-    SELECT j.id
-    FROM pgq.jobs j JOIN done d ON j.id = d.id AND j.lease_token = d.token
-    WHERE j.id = ANY(%(ids)b::bigint[]) AND NOT %(wait)b::boolean
-    ORDER BY j.id
-    FOR NO KEY UPDATE OF j SKIP LOCKED
-),
-waiting AS (
-    SELECT j.id
-    FROM pgq.jobs j JOIN done d ON j.id = d.id AND j.lease_token = d.token
-    WHERE j.id = ANY(%(ids)b::bigint[]) AND %(wait)b::boolean
-    ORDER BY j.id
-    FOR NO KEY UPDATE OF j
-),
-locked AS (
-    SELECT id FROM skipping UNION ALL SELECT id FROM waiting
+    -- In id order: with jobs_pkey's scan (which also visits `ids` in order), every plan then locks
+    -- the rows in id order, the one order of every statement that locks several jobs.
+    ORDER BY d.id
 ),
 finished AS (
     UPDATE pgq.jobs j
@@ -55,13 +39,13 @@ finished AS (
                       THEN now() ELSE j.run_at END,
         finished_at = CASE WHEN j.input_watermark > coalesce(d.watermark, j.input_watermark - 1)
                            THEN NULL ELSE now() END
-    FROM locked l JOIN done d ON d.id = l.id
+    FROM done d
     -- No `status = 'running'` test: a token is set exactly while the job runs (CHECK
     -- jobs_lease_iff_running), and that test would tempt the planner into scanning jobs_running_idx,
     -- whose entries for rows finished since the last vacuum make every acknowledgement slower than
     -- the one before. `id = ANY(ids)` makes jobs_pkey the way in, whatever the statistics say.
-    -- The row was locked above: this reads its newest version (input_watermark included).
-    WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = l.id AND j.lease_token = d.token
+    WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = d.id AND j.lease_token = d.token
+  AND (SELECT count(*) FROM guard) >= 0
     RETURNING j.id, j.status, j.queue, j.dedupe_key, j.done_watermark
 ),
 marks AS (
@@ -81,7 +65,3 @@ wake AS (
 )
 SELECT f.id, f.status::text AS status, (SELECT w.n FROM wake w) AS woke
 FROM finished f
-UNION ALL
-SELECT b.id, NULL, NULL FROM held b
--- Waiting, a row of `held` not locked changed hands since the snapshot: lost, not busy.
-WHERE NOT %(wait)b::boolean AND NOT EXISTS (SELECT FROM locked l WHERE l.id = b.id)

@@ -1,41 +1,26 @@
--- job_fail: record failed attempts (a batch). Fenced like job_complete, and locks its rows like it:
--- in id order, SKIP LOCKED unless `wait`; a row skipped comes back with `busy` true (as read in this
--- statement's snapshot, unchanged): not lost, to be sent again.
+-- job_fail: record failed attempts (a batch). Fenced like job_complete.
 -- A job with attempts left (and not failed as `final`) goes back to queued, due after `retry_in`
 -- seconds, or, when that is NULL, after an exponential backoff with jitter: 2^attempts seconds
 -- times a random factor in [0.75, 1.25), never under 1 s nor over one hour. A job that used
 -- its last attempt is terminally failed, which also frees its dedupe key.
 -- `progress`: as in job_complete.
-WITH failing AS (
+-- `lock_timeout`: the worker's own acknowledgements (each its own transaction) wait at most this
+-- long for a row lock that another transaction holds (a producer's, an operator's), then fail with
+-- lock_not_available and are sent again through job_fail_skip.sql, which skips held rows; NULL: wait as
+-- long as it takes (a caller's own use). Set for this statement's transaction only.
+WITH guard AS MATERIALIZED (
+    SELECT set_config('lock_timeout', %(lock_timeout)s::text, true) AS was_set
+    WHERE %(lock_timeout)s::text IS NOT NULL
+),
+failing AS (
     SELECT f.id, f.token, f.error, f.retry_in, f.final, f.progress
     FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(errors)b::text[],
                 %(retry_in)b::double precision[], %(finals)b::boolean[], %(progress)b::text[]::jsonb[])
          AS f(id, token, error, retry_in, final, progress)
-),
-held AS (
-    -- Still ours in this statement's snapshot (read, no lock).
-    SELECT j.id
-    FROM pgq.jobs j JOIN failing f ON j.id = f.id AND j.lease_token = f.token
-    WHERE j.id = ANY(%(ids)b::bigint[])
-),
-skipping AS (
-    SELECT j.id
-    FROM pgq.jobs j JOIN failing f ON j.id = f.id AND j.lease_token = f.token
-    WHERE j.id = ANY(%(ids)b::bigint[]) AND NOT %(wait)b::boolean
-    ORDER BY j.id
-    FOR NO KEY UPDATE OF j SKIP LOCKED
-),
-waiting AS (
-    SELECT j.id
-    FROM pgq.jobs j JOIN failing f ON j.id = f.id AND j.lease_token = f.token
-    WHERE j.id = ANY(%(ids)b::bigint[]) AND %(wait)b::boolean
-    ORDER BY j.id
-    FOR NO KEY UPDATE OF j
-),
-locked AS (
-    SELECT id FROM skipping UNION ALL SELECT id FROM waiting
-),
-failed AS (
+    -- In id order: with jobs_pkey's scan (which also visits `ids` in order), every plan then locks
+    -- the rows in id order, the one order of every statement that locks several jobs.
+    ORDER BY f.id
+)
 UPDATE pgq.jobs j
 SET status = CASE WHEN f.final OR j.attempts >= j.max_attempts
                   THEN 'failed' ELSE 'queued' END::pgq.job_status,
@@ -49,16 +34,8 @@ SET status = CASE WHEN f.final OR j.attempts >= j.max_attempts
     lease_token = NULL,
     lease_expires_at = NULL,
     finished_at = CASE WHEN f.final OR j.attempts >= j.max_attempts THEN now() END
-FROM locked l JOIN failing f ON f.id = l.id
+FROM failing f
 -- Matched by id and token only, never `status = 'running'`: see job_complete.sql.
-WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = l.id AND j.lease_token = f.token
+WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = f.id AND j.lease_token = f.token
+  AND (SELECT count(*) FROM guard) >= 0
 RETURNING j.*
-)
-SELECT x.*, false AS busy FROM failed x
-UNION ALL
--- Busy: still ours in the snapshot but locked by another transaction (the rare case: read again).
-SELECT j.*, true AS busy
-FROM pgq.jobs j
--- Waiting, a row of `held` not locked changed hands since the snapshot: lost, not busy.
-WHERE NOT %(wait)b::boolean AND j.id = ANY(%(ids)b::bigint[])
-  AND j.id IN (SELECT b.id FROM held b WHERE NOT EXISTS (SELECT FROM locked l WHERE l.id = b.id))

@@ -1,36 +1,14 @@
 -- job_snooze: put running attempts back to queued, due `delay_s` seconds from now, without spending
 -- an attempt (the claim's increment is given back). Used by jobs that poll an external system, and
--- by a worker handing unfinished jobs back at shutdown (delay 0). Fenced like job_complete, and
--- locks its rows like it: in id order, SKIP LOCKED unless `wait`; a row skipped comes back with
--- `busy` true (as read in this statement's snapshot, unchanged): not lost, to be sent again.
+-- by a worker handing unfinished jobs back at shutdown (delay 0). Fenced like job_complete.
 -- `progress`: as in job_complete.
-WITH sent AS (
-    SELECT s.id, s.token, s.delay_s, s.progress
-    FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(delays)b::double precision[],
-                %(progress)b::text[]::jsonb[]) AS s(id, token, delay_s, progress)
-),
-held AS (
-    -- Still ours in this statement's snapshot (read, no lock).
-    SELECT j.id
-    FROM pgq.jobs j JOIN sent s ON j.id = s.id AND j.lease_token = s.token
-    WHERE j.id = ANY(%(ids)b::bigint[])
-),
-skipping AS (
-    SELECT j.id
-    FROM pgq.jobs j JOIN sent s ON j.id = s.id AND j.lease_token = s.token
-    WHERE j.id = ANY(%(ids)b::bigint[]) AND NOT %(wait)b::boolean
-    ORDER BY j.id
-    FOR NO KEY UPDATE OF j SKIP LOCKED
-),
-waiting AS (
-    SELECT j.id
-    FROM pgq.jobs j JOIN sent s ON j.id = s.id AND j.lease_token = s.token
-    WHERE j.id = ANY(%(ids)b::bigint[]) AND %(wait)b::boolean
-    ORDER BY j.id
-    FOR NO KEY UPDATE OF j
-),
-locked AS (
-    SELECT id FROM skipping UNION ALL SELECT id FROM waiting
+-- `lock_timeout`: the worker's own acknowledgements (each its own transaction) wait at most this
+-- long for a row lock that another transaction holds (a producer's, an operator's), then fail with
+-- lock_not_available and are sent again through job_snooze_skip.sql, which skips held rows; NULL: wait as
+-- long as it takes (a caller's own use). Set for this statement's transaction only.
+WITH guard AS MATERIALIZED (
+    SELECT set_config('lock_timeout', %(lock_timeout)s::text, true) AS was_set
+    WHERE %(lock_timeout)s::text IS NOT NULL
 ),
 snoozed AS (
 UPDATE pgq.jobs j
@@ -40,9 +18,14 @@ SET status = 'queued',
     lease_token = NULL,
     lease_expires_at = NULL,
     progress = coalesce(s.progress, j.progress)
-FROM locked l JOIN sent s ON s.id = l.id
+FROM (SELECT u.* FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(delays)b::double precision[],
+                          %(progress)b::text[]::jsonb[]) AS u(id, token, delay_s, progress)
+      -- In id order: with jobs_pkey's scan (which also visits `ids` in order), every plan then locks
+      -- the rows in id order, the one order of every statement that locks several jobs.
+      ORDER BY u.id) s
 -- Matched by id and token only, never `status = 'running'`: see job_complete.sql.
-WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = l.id AND j.lease_token = s.token
+WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = s.id AND j.lease_token = s.token
+  AND (SELECT count(*) FROM guard) >= 0
 RETURNING j.*
 ),
 wake AS (
@@ -51,12 +34,5 @@ wake AS (
     SELECT count(pg_notify('pgq', CASE WHEN octet_length(q.queue) <= 1000 THEN q.queue ELSE '*' END)) AS n
     FROM (SELECT DISTINCT z.queue FROM snoozed z WHERE z.run_at <= now()) q
 )
-SELECT z.*, (SELECT w.n FROM wake w) AS woke, false AS busy
+SELECT z.*, (SELECT w.n FROM wake w) AS woke
 FROM snoozed z
-UNION ALL
--- Busy: still ours in the snapshot but locked by another transaction (the rare case: read again).
-SELECT j.*, NULL, true AS busy
-FROM pgq.jobs j
--- Waiting, a row of `held` not locked changed hands since the snapshot: lost, not busy.
-WHERE NOT %(wait)b::boolean AND j.id = ANY(%(ids)b::bigint[])
-  AND j.id IN (SELECT b.id FROM held b WHERE NOT EXISTS (SELECT FROM locked l WHERE l.id = b.id))

@@ -7,6 +7,8 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import psycopg
+
 from ..errors import InvalidJob
 from ..models import (
     STATUS_BY_VALUE,
@@ -19,6 +21,7 @@ from ..models import (
     positive_seconds,
 )
 from .core import (
+    Fetch,
     K,
     Operation,
     Steps,
@@ -232,9 +235,15 @@ def complete(
             return {}
         done: dict[int, JobStatus] = {}
         skipped: list[int] = []
+        first = yield from _at_once("job_complete", params, busy, bool(wanted), fetch="tuples")
+        if first is not None:  # (id, status, woke) each
+            done = {row[0]: STATUS_BY_VALUE[row[1]] for row in first}
+            if wanted:
+                yield from _enqueue_follow_ups(wanted, (i for i, s in done.items() if s == JobStatus.SUCCEEDED))
+            return _check_lost("complete", params["ids"], done, raise_lost)
         sent = params
         while True:
-            rows = yield Stmt("job_complete", sent, fetch="tuples")  # (id, status, woke) each
+            rows = yield Stmt("job_complete_skip", sent, fetch="tuples")  # (id, status, woke) each
             for row in rows:
                 if row[1] is None:
                     skipped.append(row[0])
@@ -291,7 +300,7 @@ def fail(
     def steps() -> Steps[dict[int, Job]]:
         if not items:
             return {}
-        failed, skipped = yield from _jobs_or_busy("job_fail", params, busy)
+        failed, skipped = yield from _jobs_or_busy("job_fail", params, busy, bool(wanted))
         if wanted:
             yield from _enqueue_follow_ups(wanted, (i for i, j in failed.items() if j.status == JobStatus.FAILED))
         return _busy_or_lost("fail", params["ids"], failed, skipped, busy, raise_lost)
@@ -324,9 +333,12 @@ def heartbeat(items: Sequence[tuple[Claim, float]], *, raise_lost: bool,
             return set()
         renewed: dict[int, int] = {}
         skipped: list[int] = []
+        first = None if wait else (yield from _at_once("job_heartbeat", params, busy, False, fetch="tuples"))
+        if first is not None:  # (id, lease_expires_at) each
+            return set(_check_lost("heartbeat", params["ids"], {row[0]: row[0] for row in first}, raise_lost))
         sent = params
         while True:
-            rows = yield Stmt("job_heartbeat", sent, fetch="tuples")  # (id, lease_expires_at) each
+            rows = yield Stmt("job_heartbeat_skip", sent, fetch="tuples")  # (id, lease_expires_at) each
             for row in rows:
                 if row[1] is None:
                     skipped.append(row[0])
@@ -363,14 +375,19 @@ def snooze(items: Sequence[tuple[Claim, float]], *, raise_lost: bool,
     return Operation("job_snooze", steps)
 
 
-def _jobs_or_busy(name: str, params: dict[str, Any], busy: set[int] | None) -> Steps[tuple[dict[int, Job], list[int]]]:
-    """Run job_fail or job_snooze (rows with a `busy` column); returns the jobs changed and the ids
-    skipped as busy. With `busy` None, the busy ones are sent again, waiting for their locks."""
+def _jobs_or_busy(name: str, params: dict[str, Any], busy: set[int] | None,
+                  transaction: bool = False) -> Steps[tuple[dict[int, Job], list[int]]]:
+    """Run job_fail or job_snooze (see `_at_once`), or their `_skip` statements (rows with a `busy`
+    column); returns the jobs changed and the ids skipped as busy. With `busy` None, the busy ones
+    are sent again, waiting for their locks."""
     done: dict[int, Job] = {}
     skipped: list[int] = []
+    first = yield from _at_once(name, params, busy, transaction)
+    if first is not None:
+        return {job.id: job for job in map(Job.from_row, first)}, []
     sent = params
     while True:
-        rows = yield Stmt(name, sent)
+        rows = yield Stmt(f"{name}_skip", sent)
         for row in rows:
             if row["busy"]:
                 skipped.append(row["id"])
@@ -379,6 +396,32 @@ def _jobs_or_busy(name: str, params: dict[str, Any], busy: set[int] | None) -> S
         if not skipped or busy is not None:
             return done, skipped
         sent, skipped = _waiting_params(params, skipped), []
+
+
+ACK_LOCK_TIMEOUT = "50ms"
+"""How long a worker's acknowledgement or heartbeat, sent as one statement in its own transaction,
+waits for a row lock another transaction holds before it is sent again through the statement that
+skips held rows (`*_skip.sql`). Claims never hold a running job's row, so in practice only a
+producer's or an operator's open transaction makes one wait."""
+
+
+def _at_once(name: str, params: dict[str, Any], busy: set[int] | None, transaction: bool,
+             fetch: Fetch = "rows") -> Steps[list[Any] | None]:
+    """The acknowledgement `name` as one plain UPDATE, the cheap way (one write per row), or None
+    when the caller must use `<name>_skip` instead. A caller's own use (`busy` None) waits for
+    locks as long as they are held. A worker's (`busy` a set) waits at most ACK_LOCK_TIMEOUT, and
+    only in a transaction of its own (not one that enqueues follow-up jobs, which a refused
+    statement would abort): past that, None."""
+    if busy is None:
+        rows: list[Any] = yield Stmt(name, {**params, "lock_timeout": None}, fetch=fetch)
+        return rows
+    if transaction:
+        return None
+    try:
+        rows = yield Stmt(name, {**params, "lock_timeout": ACK_LOCK_TIMEOUT}, fetch=fetch)
+    except psycopg.errors.LockNotAvailable:
+        return None
+    return rows
 
 
 def _waiting_params(params: dict[str, Any], skipped: list[int]) -> dict[str, Any]:

@@ -145,7 +145,7 @@ def test_acknowledgements_probe_the_primary_key_not_the_running_index(
         "job_snooze": {"ids": ids, "tokens": tokens, "delays": [1.0] * 200, "progress": None},
     }
     with psycopg.connect(pgq_dsn) as conn:
-        rows = conn.execute(b"EXPLAIN " + _sql.query(name).encode(), {**params[name], "wait": False}).fetchall()
+        rows = conn.execute(b"EXPLAIN " + _sql.query(name).encode(), {**params[name], "lock_timeout": None}).fetchall()
     plan = "\n".join(r[0] for r in rows)
     assert "jobs_pkey" in plan, plan
     assert "jobs_running_idx" not in plan, plan

@@ -96,7 +96,7 @@ def test_an_enqueue_racing_the_completion_adds_no_run_of_processed_input(pgq_dsn
     with psycopg.connect(pgq_dsn) as finisher:  # one open transaction
         finisher.execute(_sql.query("job_complete"), {
             "ids": [claim.id], "tokens": [claim.token], "results": [None], "watermarks": [5], "progress": None,
-            "wait": False})
+            "lock_timeout": None})
         enqueuer = threading.Thread(
             target=lambda: answers.append(pgq_queue.enqueue("build", dedupe_key="doc:3", watermark=5)))
         enqueuer.start()
