@@ -153,11 +153,13 @@ def _enqueue_params(specs: Sequence[JobSpec]) -> dict[str, Any]:
     }
 
 
-CLAIM_CHUNK = 256
-"""The most jobs one claim statement takes. pgq.claim reserves each row it takes with a
-transaction-level advisory lock, held until the statement ends, and PostgreSQL's lock table is
-shared and finite (max_locks_per_transaction x max_connections entries): a bigger claim is sent as
-several statements, one after the other on the same connection, until one comes back short."""
+CLAIM_CHUNK = 2048
+"""The most jobs one claim statement asks for; a bigger claim is sent as several statements, one
+after the other on the same connection, until one comes back short."""
+CLAIM_RESERVED = 256
+"""The most jobs pgq.claim takes when it reserves rows (other claims of its queues under way, or a
+limit defined): each reservation is an entry of PostgreSQL's shared, finite lock table. A chunk that
+brings exactly this many is not taken for a short one."""
 
 
 def claim(
@@ -194,7 +196,8 @@ def claim(
 
         def then(got: list[Claim]) -> Operation[list[Claim]] | None:
             # A short chunk means nothing more is ready now.
-            return chunk(got) if len(got) - len(before) == wanted and len(got) < limit else None
+            took = len(got) - len(before)
+            return chunk(got) if took in (wanted, CLAIM_RESERVED) and len(got) < limit else None
 
         return Operation("job_claim", steps, then=then)
 

@@ -18,7 +18,9 @@
 --      it running and leaves it unlocked; none can take it after, since the reservation is held.
 -- Advisory locks use the two-key form with key1 = 1885827427 ("pgqc"); key2 is the job id modulo
 -- 2^31 (two ids that share it only make one claim skip the other's row for a moment). A claim
--- holds at most `lim` of them, and pgq asks for at most 256 rows per call.
+-- holds at most 256 of them (it takes no more rows than that). A claim that finds its
+-- one queue to itself (no other claim of it under way: key1 1885827428, key2 hashtext(queue)) and
+-- no limit defined skips the reservation and claims in one pass, as before, which costs less.
 --
 -- (2) Limits no longer make claims scan the backlog. A job of a kind with a concurrency or rate
 -- limit is marked `limited` when it is enqueued (or when its kind gets its first limit), and sits
@@ -395,6 +397,51 @@ BEGIN
         RETURN;
     END IF;
 
+    -- (0) Alone: one queue, no limit defined for any kind, and no other claim of the queue under way
+    -- (its claim lock, exclusive, taken without waiting). Then a single pass that locks as it reads
+    -- (FOR NO KEY UPDATE SKIP LOCKED) meets no row another claim took after this statement's
+    -- snapshot, and costs less than reserving first: the claim of a worker that has its queue to
+    -- itself. Claims that reserve hold the lock shared: one that finds such a claim under way waits
+    -- for it (a few milliseconds; it waits for nothing itself), so that the rows it took are no
+    -- longer queued in the snapshot the reservation reads.
+    IF cardinality(wanted) = 1 AND cardinality(limited_kinds) = 0
+       AND pg_try_advisory_xact_lock(1885827428, hashtext(wanted[1])) THEN
+        RETURN QUERY
+        WITH picked AS (
+            SELECT j.id
+            FROM pgq.jobs j
+            WHERE j.status = 'queued' AND j.queue = wanted[1] AND j.limited = false AND j.run_at <= now()
+              AND (kinds IS NULL OR j.kind = ANY(kinds))
+            ORDER BY j.priority, j.run_at, j.id
+            LIMIT lim
+            FOR NO KEY UPDATE SKIP LOCKED
+        ),
+        claimed AS (
+            UPDATE pgq.jobs j
+            SET status = 'running',
+                attempts = j.attempts + 1,
+                lease_token = gen_random_uuid(),
+                lease_expires_at = now() + make_interval(secs => lease_s),
+                claimed_by = worker,
+                started_at = statement_timestamp()
+            WHERE j.id = ANY(ARRAY(SELECT p.id FROM picked p))
+            RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.status::text AS status, j.run_at,
+                      j.attempts, j.max_attempts, j.dedupe_key, j.lease_token::text AS lease_token,
+                      j.lease_expires_at, j.claimed_by, j.last_error, j.result, j.input_watermark,
+                      j.done_watermark, j.created_at, j.started_at, j.finished_at, j.progress
+        )
+        SELECT c.id, c.queue, c.kind, c.payload, c.priority, c.status, c.run_at, c.attempts, c.max_attempts,
+               c.dedupe_key, c.lease_token, c.lease_expires_at, c.claimed_by, c.last_error, c.result,
+               c.input_watermark, c.done_watermark, c.created_at, c.started_at, c.finished_at, c.progress
+        FROM claimed c
+        ORDER BY c.priority, c.run_at, c.id;
+        RETURN;
+    END IF;
+    PERFORM pg_advisory_xact_lock_shared(1885827428, x.k)
+    FROM (SELECT DISTINCT hashtext(w) AS k FROM unnest(wanted) AS w ORDER BY 1) x;
+    -- Reservations are entries of PostgreSQL's shared lock table, which is finite: at most 256.
+    lim := least(lim, 256);
+
     -- (a) Unlimited work: per queue, the head of jobs_claim_idx (limited = false) in claim order,
     -- each row reserved or skipped; stops after `lim` reservations.
     FOREACH q IN ARRAY wanted LOOP
@@ -567,7 +614,8 @@ END;
 $fn$;
 REVOKE EXECUTE ON FUNCTION pgq.claim(text[], text[], integer, double precision, text) FROM PUBLIC;
 COMMENT ON FUNCTION pgq.claim(text[], text[], integer, double precision, text) IS
-    'Claim up to lim ready jobs of the given queues (NULL: every queue) and kinds (NULL: any), honouring '
+    'Claim up to lim ready jobs (at most 256 when other claims of the queues are under way or a limit is '
+    'defined) of the given queues (NULL: every queue) and kinds (NULL: any), honouring '
     'pauses and concurrency and rate limits exactly: each gets a new attempt under a fresh lease token '
     'expiring lease_s seconds from now, claimed_by worker. Returns them in claim order (priority, run_at, id). '
     'Needs pgq_worker.';
