@@ -360,6 +360,10 @@ DECLARE
     loose       text[];             -- marked kinds that no longer have any limit
     l_ids       bigint[] := '{}';   -- reserved candidates of limited kinds, within their limits
     at_ts       timestamptz;
+    tried       bigint[] := '{}';   -- every row reserved so far
+    taken       integer := 0;       -- rows claimed so far
+    got         integer;
+    pass_no     integer := 0;
 BEGIN
     IF lim IS NULL OR lim < 1 THEN
         RAISE EXCEPTION 'pgq.claim: lim must be >= 1, got %', coalesce(lim::text, 'NULL')
@@ -401,9 +405,10 @@ BEGIN
     -- (its claim lock, exclusive, taken without waiting). Then a single pass that locks as it reads
     -- (FOR NO KEY UPDATE SKIP LOCKED) meets no row another claim took after this statement's
     -- snapshot, and costs less than reserving first: the claim of a worker that has its queue to
-    -- itself. Claims that reserve hold the lock shared: one that finds such a claim under way waits
-    -- for it (a few milliseconds; it waits for nothing itself), so that the rows it took are no
-    -- longer queued in the snapshot the reservation reads.
+    -- itself. Claims that reserve hold the lock shared when they can, and never wait for it (waiting
+    -- made claims queue behind each other): one that meets a claim in one pass under way may lose
+    -- some of the rows it reserved to it, and reserves again for those (below); the claim in one
+    -- pass may lock, for its few milliseconds, a row a reserving claim took meanwhile.
     IF cardinality(wanted) = 1 AND cardinality(limited_kinds) = 0
        AND pg_try_advisory_xact_lock(1885827428, hashtext(wanted[1])) THEN
         RETURN QUERY
@@ -437,11 +442,16 @@ BEGIN
         ORDER BY c.priority, c.run_at, c.id;
         RETURN;
     END IF;
-    PERFORM pg_advisory_xact_lock_shared(1885827428, x.k)
+    PERFORM pg_try_advisory_xact_lock_shared(1885827428, x.k)
     FROM (SELECT DISTINCT hashtext(w) AS k FROM unnest(wanted) AS w ORDER BY 1) x;
     -- Reservations are entries of PostgreSQL's shared lock table, which is finite: at most 256.
     lim := least(lim, 256);
 
+    -- Rounds of reserve and take: a row reserved from a snapshot older than another claim's commit
+    -- may be gone by the take; then (at most twice) this claim reserves again for what it lost.
+    LOOP
+    pass_no := pass_no + 1;
+    found_ids := '{}';
     -- (a) Unlimited work: per queue, the head of jobs_claim_idx (limited = false) in claim order,
     -- each row reserved or skipped; stops after `lim` reservations.
     FOREACH q IN ARRAY wanted LOOP
@@ -453,9 +463,10 @@ BEGIN
                     AND (kinds IS NULL OR j.kind = ANY(kinds))
                   ORDER BY j.priority, j.run_at, j.id
                   OFFSET 0) c  -- keeps the reservation below out of the scan's filter
-            WHERE pg_try_advisory_xact_lock(1885827427, (c.id % 2147483648)::integer)
-            LIMIT lim);
+            WHERE c.id <> ALL(tried) AND pg_try_advisory_xact_lock(1885827427, (c.id % 2147483648)::integer)
+            LIMIT lim - taken);
     END LOOP;
+    tried := tried || found_ids;
 
     -- Unmarked rows of limited kinds are marked (and leave jobs_claim_idx's unlimited part), never
     -- claimed as unlimited work. Rows another transaction holds are left for a later claim.
@@ -476,7 +487,8 @@ BEGIN
     END IF;
 
     -- (b) Limited work, only when the wanted queues have any (one probe of jobs_claim_limited_idx).
-    SELECT EXISTS (SELECT 1 FROM pgq.jobs j WHERE j.status = 'queued' AND j.limited AND j.queue = ANY(wanted))
+    SELECT pass_no = 1 AND EXISTS (SELECT 1 FROM pgq.jobs j
+                                 WHERE j.status = 'queued' AND j.limited AND j.queue = ANY(wanted))
     INTO any_limited;
     IF any_limited THEN
         -- Its kinds, per queue by a loose index scan (one probe per kind).
@@ -561,9 +573,10 @@ BEGIN
         INTO l_ids;
     END IF;
 
-    IF cardinality(found_ids) + cardinality(l_ids) = 0 THEN
-        RETURN;
+    IF pass_no > 1 THEN
+        l_ids := '{}';
     END IF;
+    EXIT WHEN cardinality(found_ids) + cardinality(l_ids) = 0;
 
     -- (c) Take: the best `lim` of the reserved rows still queued in this newer snapshot, locked in
     -- claim order (FOR NO KEY UPDATE: the lock an UPDATE takes anyway), skipping rows some other
@@ -574,7 +587,7 @@ BEGIN
         FROM pgq.jobs x
         WHERE x.id = ANY(found_ids || l_ids) AND x.status = 'queued'
         ORDER BY x.priority, x.run_at, x.id
-        LIMIT lim
+        LIMIT lim - taken
         FOR NO KEY UPDATE SKIP LOCKED
     ),
     claimed AS (
@@ -610,6 +623,11 @@ BEGIN
            c.input_watermark, c.done_watermark, c.created_at, c.started_at, c.finished_at, c.progress
     FROM claimed c
     ORDER BY c.priority, c.run_at, c.id;
+    GET DIAGNOSTICS got = ROW_COUNT;
+    taken := taken + got;
+    -- Done when the claim is full, when nothing reserved was lost, or after three rounds.
+    EXIT WHEN taken >= lim OR got >= cardinality(found_ids) + cardinality(l_ids) OR pass_no >= 3;
+    END LOOP;
 END;
 $fn$;
 REVOKE EXECUTE ON FUNCTION pgq.claim(text[], text[], integer, double precision, text) FROM PUBLIC;
