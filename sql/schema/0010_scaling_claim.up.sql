@@ -405,12 +405,15 @@ BEGIN
     -- (its claim lock, exclusive, taken without waiting). Then a single pass that locks as it reads
     -- (FOR NO KEY UPDATE SKIP LOCKED) meets no row another claim took after this statement's
     -- snapshot, and costs less than reserving first: the claim of a worker that has its queue to
-    -- itself. Claims that reserve hold the lock shared when they can, and never wait for it (waiting
-    -- made claims queue behind each other): one that meets a claim in one pass under way may lose
-    -- some of the rows it reserved to it, and reserves again for those (below); the claim in one
-    -- pass may lock, for its few milliseconds, a row a reserving claim took meanwhile.
+    -- itself. Claims that reserve hold the lock shared, and never wait for it (waiting made claims
+    -- queue behind each other). A claim that finds a claim in one pass under way (the lock held
+    -- exclusively) claims in one pass too, as all claims did before: two such claims skip each
+    -- other's rows, and reserving would only lose rows to the other. Contention makes claims in one
+    -- pass rare (the lock is free only while no claim of the queue is under way), and one that meets
+    -- a row another claim took meanwhile only holds it for its few milliseconds.
     IF cardinality(wanted) = 1 AND cardinality(limited_kinds) = 0
-       AND pg_try_advisory_xact_lock(1885827428, hashtext(wanted[1])) THEN
+       AND (pg_try_advisory_xact_lock(1885827428, hashtext(wanted[1]))
+            OR NOT pg_try_advisory_xact_lock_shared(1885827428, hashtext(wanted[1]))) THEN
         RETURN QUERY
         WITH picked AS (
             SELECT j.id
@@ -442,8 +445,10 @@ BEGIN
         ORDER BY c.priority, c.run_at, c.id;
         RETURN;
     END IF;
-    PERFORM pg_try_advisory_xact_lock_shared(1885827428, x.k)
-    FROM (SELECT DISTINCT hashtext(w) AS k FROM unnest(wanted) AS w ORDER BY 1) x;
+    IF cardinality(wanted) > 1 OR cardinality(limited_kinds) > 0 THEN
+        PERFORM pg_try_advisory_xact_lock_shared(1885827428, x.k)
+        FROM (SELECT DISTINCT hashtext(w) AS k FROM unnest(wanted) AS w ORDER BY 1) x;
+    END IF;
     -- Reservations are entries of PostgreSQL's shared lock table, which is finite: at most 256.
     lim := least(lim, 256);
 
