@@ -153,13 +153,11 @@ def _enqueue_params(specs: Sequence[JobSpec]) -> dict[str, Any]:
     }
 
 
-CLAIM_CHUNK = 2048
-"""The most jobs one claim statement asks for; a bigger claim is sent as several statements, one
-after the other on the same connection, until one comes back short."""
-CLAIM_RESERVED = 256
-"""The most jobs pgq.claim takes when it reserves rows (other claims of its queues under way, or a
-limit defined): each reservation is an entry of PostgreSQL's shared, finite lock table. A chunk that
-brings exactly this many is not taken for a short one."""
+CLAIM_CHUNK = 256
+"""The most jobs one claim statement takes: pgq.claim reserves each row it takes with a
+transaction-level advisory lock until the statement ends, an entry of PostgreSQL's shared, finite
+lock table (max_locks_per_transaction x max_connections entries). A bigger claim is sent as
+several statements, one after the other on the same connection, until one comes back short."""
 
 
 def claim(
@@ -196,8 +194,7 @@ def claim(
 
         def then(got: list[Claim]) -> Operation[list[Claim]] | None:
             # A short chunk means nothing more is ready now.
-            took = len(got) - len(before)
-            return chunk(got) if took in (wanted, CLAIM_RESERVED) and len(got) < limit else None
+            return chunk(got) if len(got) - len(before) == wanted and len(got) < limit else None
 
         return Operation("job_claim", steps, then=then)
 
