@@ -527,6 +527,40 @@ def test_0009_locks_cascades_up_front_and_its_downgrade_restores_0008s_trigger(p
     assert query(pgq_dsn, body) == [(True, True)]
 
 
+def test_0010_adds_the_reserving_claim_and_its_downgrade_restores_0009s_schema(pgq_dsn: str) -> None:
+    """Revision 0010 adds pgq.claim, pgq.limits_changed, the `limited` mark and its index, and counts
+    enqueue times from the statement; its downgrade removes them and puts 0009's enqueue bodies and
+    jobs_claim_idx back, with jobs queued before and after it still claimable."""
+    objects = ("SELECT (SELECT count(*) FROM pg_proc WHERE pronamespace = 'pgq'::regnamespace "
+               "        AND proname IN ('claim', 'limits_changed')),"
+               "       (SELECT count(*) FROM pg_attribute WHERE attrelid = 'pgq.jobs'::regclass "
+               "        AND attname = 'limited' AND NOT attisdropped),"
+               "       (SELECT count(*) FROM pg_class WHERE relname = 'jobs_claim_limited_idx'),"
+               "       (SELECT pg_get_indexdef('pgq.jobs_claim_idx'::regclass) LIKE '%%(queue, limited, priority%%'),"
+               "       (SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef WHERE adrelid = 'pgq.jobs'::regclass "
+               "        AND adnum = (SELECT attnum FROM pg_attribute WHERE attrelid = 'pgq.jobs'::regclass "
+               "                     AND attname = 'run_at'))")
+    assert query(pgq_dsn, objects) == [(2, 1, 1, True, "statement_timestamp()")]
+    query(pgq_dsn, "SELECT pgq.enqueue('k')")
+    query(pgq_dsn, "INSERT INTO pgq.concurrency_limits (kind, max_running) VALUES ('lim', 1)")
+    query(pgq_dsn, "SELECT pgq.enqueue('lim')")
+
+    migrate.downgrade(pgq_dsn, "0009")
+
+    assert query(pgq_dsn, objects) == [(0, 0, 0, False, "now()")]
+    em = query(pgq_dsn, "SELECT prosrc FROM pg_proc WHERE pronamespace = 'pgq'::regnamespace "
+                        "AND proname = 'enqueue_many'")[0][0]
+    assert em in schema_file("0005_queue_control.up.sql") and "statement_timestamp" not in em
+    query(pgq_dsn, "SELECT pgq.enqueue('k')")
+    migrate.upgrade(pgq_dsn)
+    assert query(pgq_dsn, objects) == [(2, 1, 1, True, "statement_timestamp()")]
+    # The limited kind's job was marked again by the upgrade; all three are claimable.
+    assert query(pgq_dsn, "SELECT kind, limited FROM pgq.jobs ORDER BY id") == [
+        ("k", False), ("lim", True), ("k", False)]
+    claimed = query(pgq_dsn, "SELECT kind FROM pgq.claim(NULL, NULL, 10, 60, 'w') ORDER BY id")
+    assert claimed == [("k",), ("lim",), ("k",)]
+
+
 def test_servers_older_than_postgresql_14_are_refused_naming_their_version() -> None:
     from pgq.errors import PgqError
 
