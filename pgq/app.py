@@ -13,9 +13,11 @@ them. Handlers receive the job's payload (a JSON object) as keyword arguments an
 
 Inside a handler, `current_job()` returns the job being run (its id, attempt, lease token, ...).
 
-Enqueueing: `task.defer(**kwargs)` / `await task.defer_async(**kwargs)`; job options (dedupe key,
-watermark, delay, run_at, priority, queue, max_attempts, the caller's connection) go through
-`task.configure(...)`, so they never collide with the handler's own argument names.
+Enqueueing: `task.defer(**kwargs)` / `await task.defer_async(**kwargs)`, type-checked against the
+handler's signature (`Task` is generic over it; positional arguments are stored under their
+parameter names); job options (dedupe key, watermark, delay, run_at, priority, queue, max_attempts,
+the caller's connection) go through `task.configure(...)`, so they never collide with the handler's
+own argument names.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import importlib
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, overload
+from typing import Any, ParamSpec, TypeVar, overload
 
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
@@ -36,7 +38,10 @@ from .cron import Cron, Every, Schedule
 from .errors import InvalidJob, PgqError
 from .models import delay_seconds
 from .retries import DEFAULT_RETRY, RetryPolicy
-from .tasks import FollowUp, Handler, Periodic, Task
+from .tasks import AnyTask, FollowUp, Handler, Periodic, Task
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 __all__ = ["App", "load_app"]
 
@@ -86,7 +91,7 @@ class App:
         self._pgbouncer = bool(pgbouncer)
         if pgbouncer:
             self._connect_kwargs.update(PGBOUNCER_KWARGS)
-        self._tasks: dict[str, Task] = {}
+        self._tasks: dict[str, AnyTask] = {}
         self._periodic: dict[str, Periodic] = {}
         self._queue: Queue | None = None
         self._queue_lock = threading.Lock()
@@ -114,7 +119,7 @@ class App:
         return self._pgbouncer
 
     @property
-    def tasks(self) -> Mapping[str, Task]:
+    def tasks(self) -> Mapping[str, AnyTask]:
         """The registered tasks by name (job kind); read-only view."""
         return dict(self._tasks)
 
@@ -124,7 +129,7 @@ class App:
         return tuple(self._periodic.values())
 
     @overload
-    def task(self, func: Handler, /) -> Task: ...
+    def task(self, func: Callable[P, R], /) -> Task[P, R]: ...
 
     @overload
     def task(
@@ -142,7 +147,7 @@ class App:
         priority: int = 0,
         on_success: FollowUp | None = None,
         on_failure: FollowUp | None = None,
-    ) -> Callable[[Handler], Task]: ...
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
         self,
@@ -159,8 +164,11 @@ class App:
         priority: int = 0,
         on_success: FollowUp | None = None,
         on_failure: FollowUp | None = None,
-    ) -> Task | Callable[[Handler], Task]:
+    ) -> AnyTask | Callable[[Handler], AnyTask]:
         """Register a handler (`def` or `async def`) as a task: `@app.task` or `@app.task(...)`.
+
+        The Task is generic over the handler's parameters and return type, so a type checker checks
+        `defer` and `defer_async` calls against the handler's signature (see `Task`).
 
         `name`: the job kind (default: the function's `__name__`); `queue`, `priority`,
         `max_attempts`: defaults of its jobs; `retry`: a RetryPolicy (default `DEFAULT_RETRY`);
@@ -177,7 +185,7 @@ class App:
         those arguments included).
         """
 
-        def register(handler: Handler) -> Task:
+        def register(handler: Handler) -> AnyTask:
             return self._register(handler, name=name, queue=queue, max_attempts=max_attempts, retry=retry,
                                   timeout=timeout, concurrency_limit=concurrency_limit, priority=priority,
                                   rate_limit=rate_limit, on_success=on_success, on_failure=on_failure)
@@ -186,7 +194,7 @@ class App:
 
     def _register(
         self,
-        func: Handler,
+        func: Callable[P, R],
         *,
         name: str | None,
         queue: str,
@@ -198,7 +206,7 @@ class App:
         rate_limit: str | tuple[int, float] | None = None,
         on_success: FollowUp | None = None,
         on_failure: FollowUp | None = None,
-    ) -> Task:
+    ) -> Task[P, R]:
         if not callable(func):
             raise PgqError(f"a task handler must be callable, got {type(func).__name__}")
         kind = getattr(func, "__name__", None) if name is None else name
@@ -237,7 +245,7 @@ class App:
         max_attempts: int | None = None,
         retry: RetryPolicy | None = None,
         timeout: dt.timedelta | float | None = None,
-    ) -> Callable[[Handler | Task], Task]:
+    ) -> Callable[[Callable[P, R]], Task[P, R]]:
         """Run a task on a schedule: `@app.periodic(cron="*/5 * * * *")` or `@app.periodic(every=60)`.
 
         Decorates a plain function (registered as a task with `name`, `queue` and the task options
@@ -259,7 +267,8 @@ class App:
             raise PgqError(f"catch_up must be >= 0, got {catch_up!r}")
         payload = dict(kwargs or {})
 
-        def register(target: Handler | Task) -> Task:
+        def register(target: Callable[P, R]) -> Task[P, R]:
+            task: Task[P, R]
             if isinstance(target, Task):
                 task = target
                 if task.app is not self:

@@ -7,7 +7,7 @@ import datetime as dt
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeAlias
+from typing import Any, Generic, ParamSpec, Protocol, TypeAlias, TypeVar
 
 import psycopg
 
@@ -18,9 +18,17 @@ from .errors import InvalidJob, PgqError
 from .models import JSON, JobSpec
 from .retries import RetryPolicy
 
-Handler = Callable[..., Any]
+P = ParamSpec("P")
+R = TypeVar("R")
 
-__all__ = ["Deferral", "Enqueuer", "FollowUp", "Handler", "Periodic", "Task", "after_success", "follow_up_spec"]
+Handler: TypeAlias = Callable[..., Any]
+"""Any handler: a `def` or an `async def` taking the job's payload as keyword arguments."""
+
+AnyTask: TypeAlias = "Task[..., Any]"
+"""A task of any signature (where the handler's parameters do not matter: registries, follow-ups)."""
+
+__all__ = ["AnyTask", "Deferral", "Enqueuer", "FollowUp", "Handler", "Periodic", "Task", "after_success",
+           "follow_up_spec"]
 
 
 class Enqueuer(Protocol):
@@ -49,8 +57,12 @@ class _Options:
     on_parent_failure: str = "cancel"
 
 
-class Task:
+class Task(Generic[P, R]):
     """A registered handler: the code behind one job kind, with its defaults.
+
+    Generic over the handler's parameters `P` and return type `R` (for an `async def`, the
+    coroutine), so a type checker checks `defer`, `defer_async`, `spec` and calls against the
+    handler's signature: `send_email.defer(to=1)` is reported for `send_email(to: str)`.
 
     Attributes: `name` (the job kind), `func`, `queue`, `priority`, `max_attempts` (None: the
     database default, 25), `retry` (a RetryPolicy), `timeout` (seconds or None), `concurrency_limit`
@@ -59,12 +71,17 @@ class Task:
     atomically with the job's success, or with its failure after the last attempt; None: none),
     `is_async`. Calling the task
     calls the handler directly, without a queue.
+
+    A payload is a JSON object of keyword arguments. Positional arguments given to `defer`,
+    `defer_async` or `spec` are bound to the handler's parameter names (`send_email.defer("a@x",
+    "hi")` stores `{"to": "a@x", "subject": "hi"}`); one that binds to a positional-only parameter or
+    to `*args` has no name to store and raises InvalidJob.
     """
 
     def __init__(
         self,
         app: Enqueuer,
-        func: Handler,
+        func: Callable[P, R],
         *,
         name: str,
         queue: str,
@@ -95,7 +112,8 @@ class Task:
         # Validates queue, priority and max_attempts now, at import time, not at the first defer.
         JobSpec(name, {}, queue=queue, priority=priority, max_attempts=max_attempts)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Call the handler directly (no queue, no job): what it returns, for an `async def` a coroutine."""
         return self.func(*args, **kwargs)
 
     def __repr__(self) -> str:
@@ -130,6 +148,36 @@ class Task:
             self._fitting.add(names)
         return payload
 
+    def payload(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The payload of a call with `args` and `kwargs`: `kwargs` with each positional argument
+        stored under the name of the parameter it binds to, checked by `check_arguments`.
+
+        Raises InvalidJob when a positional argument has no parameter name to be stored under (it
+        binds to a positional-only parameter or `*args`, or there are too many), when an argument is
+        given twice, or when the result does not fit the handler.
+        """
+        if not args:
+            return self.check_arguments(kwargs)
+        params = list(self.signature.parameters.values())
+        payload: dict[str, Any] = {}
+        for index, value in enumerate(args):
+            kind = params[index].kind if index < len(params) else None
+            if kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD:
+                if kind is inspect.Parameter.POSITIONAL_ONLY:
+                    problem = f"positional argument {index + 1} binds to positional-only {params[index].name!r}"
+                elif kind is inspect.Parameter.VAR_POSITIONAL:
+                    problem = f"positional argument {index + 1} binds to *{params[index].name}"
+                else:
+                    problem = f"too many positional arguments ({len(args)})"
+                raise InvalidJob(f"task {self.name!r}: bad arguments: {problem} "
+                                 "(a payload stores every argument under its parameter name)")
+            payload[params[index].name] = value
+        twice = sorted(set(payload) & set(kwargs))
+        if twice:
+            raise InvalidJob(f"task {self.name!r}: bad arguments: multiple values for {', '.join(map(repr, twice))}")
+        payload.update(kwargs)
+        return self.check_arguments(payload)
+
     def configure(
         self,
         *,
@@ -143,7 +191,7 @@ class Task:
         depends_on: Iterable[int] | None = None,
         on_parent_failure: str = "cancel",
         conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None = None,
-    ) -> Deferral:
+    ) -> Deferral[P, R]:
         """Job options for the next `defer`: `task.configure(delay=10).defer(x=1)`.
 
         Options left out take the task's defaults. `conn`: enqueue inside the caller's transaction
@@ -156,42 +204,43 @@ class Task:
                            on_parent_failure)
         return Deferral(self, options, conn)
 
-    def spec(self, **kwargs: Any) -> JobSpec:
-        """The JobSpec `defer(**kwargs)` would enqueue, for batches: `app.queue.enqueue_many(specs)`.
+    def spec(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
+        """The JobSpec `defer(...)` would enqueue, for batches: `app.queue.enqueue_many(specs)`.
 
         Raises InvalidJob when the arguments do not fit the handler.
         """
-        return self.configure().spec(**kwargs)
+        return self.configure().spec(*args, **kwargs)
 
-    def defer(self, **kwargs: Any) -> int:
-        """Enqueue a job of this task with `kwargs` as its payload; return its id.
+    def defer(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        """Enqueue a job of this task with the arguments as its payload; return its id.
 
-        Uses the App's synchronous queue (thread-safe). Raises InvalidJob (nothing written) when the
-        arguments do not fit the handler or are not JSON-serializable.
+        The payload is `kwargs`, plus positional arguments under their parameter names (see the
+        class docstring). Uses the App's synchronous queue (thread-safe). Raises InvalidJob (nothing
+        written) when the arguments do not fit the handler or are not JSON-serializable.
         """
-        return self.configure().defer(**kwargs)
+        return self.configure().defer(*args, **kwargs)
 
-    async def defer_async(self, **kwargs: Any) -> int:
+    async def defer_async(self, *args: P.args, **kwargs: P.kwargs) -> int:
         """`defer` for asyncio code: uses the App's AsyncQueue of the running event loop (inside a
         worker, the worker's own pool)."""
-        return await self.configure().defer_async(**kwargs)
+        return await self.configure().defer_async(*args, **kwargs)
 
 
 @dataclass(frozen=True, slots=True)
-class Deferral:
-    """A task with job options, ready to enqueue (see `Task.configure`)."""
+class Deferral(Generic[P, R]):
+    """A task with job options, ready to enqueue (see `Task.configure`); generic like its Task."""
 
-    task: Task
+    task: Task[P, R]
     options: _Options
     conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None = None
 
-    def spec(self, **kwargs: Any) -> JobSpec:
-        """The JobSpec of a job with payload `kwargs` and these options; raises InvalidJob."""
+    def spec(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
+        """The JobSpec of a job with these arguments (see `Task.payload`) and options; raises InvalidJob."""
         task, o = self.task, self.options
-        task.check_arguments(kwargs)
+        payload = task.payload(args, kwargs)
         return JobSpec(
             task.name,
-            kwargs,
+            payload,
             queue=task.queue if o.queue is None else o.queue,
             priority=task.priority if o.priority is None else o.priority,
             run_at=o.run_at,
@@ -203,22 +252,22 @@ class Deferral:
             on_parent_failure=o.on_parent_failure,
         )
 
-    def defer(self, **kwargs: Any) -> int:
-        """Enqueue one job with payload `kwargs`; return its id. See `Task.defer` and `Task.configure`.
+    def defer(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        """Enqueue one job with these arguments; return its id. See `Task.defer` and `Task.configure`.
 
         Raises PgqError when the options carry an AsyncConnection.
         """
-        spec = self.spec(**kwargs)
+        spec = self.spec(*args, **kwargs)
         if self.conn is not None and not isinstance(self.conn, psycopg.Connection):
             raise PgqError("defer() needs a psycopg.Connection as conn; use defer_async() with an AsyncConnection")
         return self.task.app.queue.enqueue_many([spec], conn=self.conn)[0]
 
-    async def defer_async(self, **kwargs: Any) -> int:
-        """Enqueue one job with payload `kwargs`; return its id. See `Task.defer_async`.
+    async def defer_async(self, *args: P.args, **kwargs: P.kwargs) -> int:
+        """Enqueue one job with these arguments; return its id. See `Task.defer_async`.
 
         Raises PgqError when the options carry a (sync) Connection.
         """
-        spec = self.spec(**kwargs)
+        spec = self.spec(*args, **kwargs)
         if self.conn is not None and not isinstance(self.conn, psycopg.AsyncConnection):
             raise PgqError("defer_async() needs a psycopg.AsyncConnection as conn; use defer() with a Connection")
         queue = await self.task.app.async_queue()
@@ -236,7 +285,7 @@ class Periodic:
     jobs (the jobs of past ticks are what prevents enqueueing them twice).
     """
 
-    task: Task
+    task: AnyTask
     schedule: Schedule
     name: str
     queue: str
@@ -254,7 +303,7 @@ class Periodic:
                        dedupe_key=self.dedupe_key(tick), max_attempts=task.max_attempts)
 
 
-FollowUp: TypeAlias = str | Task
+FollowUp: TypeAlias = "str | Task[..., Any]"
 """What `after_success`, `on_success` and `on_failure` accept: a Task, or a job kind (str). A kind
 that names a task of the worker's app takes that task's defaults (queue, priority, max_attempts)."""
 
@@ -263,7 +312,7 @@ _FOLLOW_UP_OPTIONS = frozenset(
      "on_parent_failure"))
 
 
-def after_success(kind_or_task: str | Task, payload: JSON = None, **enqueue_options: Any) -> None:
+def after_success(kind_or_task: FollowUp, payload: JSON = None, **enqueue_options: Any) -> None:
     """Record a job to enqueue when the calling handler's attempt succeeds: the worker inserts it in
     the transaction that completes the attempt, so it exists if and only if that completion
     committed. If the handler raises, snoozes or is cancelled, or its lease was lost, nothing is
@@ -283,7 +332,7 @@ def after_success(kind_or_task: str | Task, payload: JSON = None, **enqueue_opti
     context.follow_ups.append(spec)
 
 
-def follow_up_spec(target: str | Task, payload: JSON, options: Mapping[str, Any],
+def follow_up_spec(target: FollowUp, payload: JSON, options: Mapping[str, Any],
                    tasks: Mapping[str, object]) -> JobSpec:
     """The JobSpec of a follow-up job: `target` a Task, or a job kind (taking the defaults of the
     task of that name in `tasks`, if any); `options` as `Queue.enqueue`'s. Raises InvalidJob for an
@@ -307,7 +356,7 @@ def follow_up_spec(target: str | Task, payload: JSON, options: Mapping[str, Any]
     return target.configure(**options).spec(**payload)
 
 
-def _check_follow_up(name: str, what: str, target: object, example: dict[str, Any]) -> str | Task | None:
+def _check_follow_up(name: str, what: str, target: object, example: dict[str, Any]) -> FollowUp | None:
     """`target` of a task's `on_success` / `on_failure`, checked at registration: None, a job kind, or
     a Task whose handler takes the follow-up's payload (`example`'s keys)."""
     if target is None:

@@ -28,7 +28,7 @@ from ..client import AsyncQueue
 from ..errors import NotMigrated, one_line
 from ..metrics import Metrics
 from ..models import JobSpec
-from ..tasks import Periodic, Task, follow_up_spec
+from ..tasks import AnyTask, Periodic, follow_up_spec
 
 __all__ = [
     "PERIODIC_LOCK_KEY",
@@ -83,7 +83,7 @@ class Rescuer:
         batch: int = _ops.RESCUE_BATCH,
         metrics: Metrics | None = None,
         stalled_after: float | None = None,
-        tasks: Mapping[str, Task] | None = None,
+        tasks: Mapping[str, AnyTask] | None = None,
     ) -> None:
         if stalled_after is not None and not stalled_after > 0:
             raise ValueError(f"stalled_after must be positive, got {stalled_after!r}")
@@ -91,7 +91,7 @@ class Rescuer:
         self._batch = batch
         self._metrics = metrics
         self._stalled_after = stalled_after
-        self._tasks: Mapping[str, Task] = tasks or {}
+        self._tasks: Mapping[str, AnyTask] = tasks or {}
         self._on_failure = self._follow_ups if any(t.on_failure is not None for t in self._tasks.values()) else None
 
     def _follow_ups(self, job_id: int, kind: str) -> list[JobSpec]:
@@ -294,7 +294,7 @@ class Maintenance:
         periodic_cap: float = 30.0,
         metrics: Metrics | None = None,
         stalled_after: float | None = None,
-        tasks: Mapping[str, Task] | None = None,
+        tasks: Mapping[str, AnyTask] | None = None,
     ) -> None:
         self.rescuer = Rescuer(queue, metrics=metrics, stalled_after=stalled_after, tasks=tasks)
         self.periodic = PeriodicEnqueuer(queue, periodic)

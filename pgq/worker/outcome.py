@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from ..models import Job
 from ..retries import PermanentFailure
-from ..tasks import Task
+from ..tasks import AnyTask
 
 __all__ = [
     "FINISH_LEVELS",
@@ -62,7 +62,7 @@ class Failure:
         return "failed" if self.final else "retry"
 
 
-def failure(job: Job, task: Task | None, exc: BaseException) -> Failure:
+def failure(job: Job, task: AnyTask | None, exc: BaseException) -> Failure:
     """Decide what a failed attempt of `job` (run by `task`, None when unknown) that raised `exc`
     becomes: rejected jobs and PermanentFailure fail at once, the last attempt fails, otherwise the
     task's retry policy says when to retry (None from it: fail now; an error in it: the default)."""

@@ -24,7 +24,7 @@ from .. import _ops
 from ..client import AsyncQueue
 from ..errors import NotMigrated, PgqError, one_line
 from ..models import Claim
-from ..tasks import Task
+from ..tasks import AnyTask
 from .acks import Acknowledger
 from .state import WorkerState
 
@@ -53,7 +53,7 @@ class Producer:
     the LISTEN connection's callbacks. `fatal` is called with the error that makes claiming
     pointless (schema missing, no right to claim)."""
 
-    def __init__(self, state: WorkerState, queue: AsyncQueue, acks: Acknowledger, tasks: Mapping[str, Task],
+    def __init__(self, state: WorkerState, queue: AsyncQueue, acks: Acknowledger, tasks: Mapping[str, AnyTask],
                  fatal: Callable[[BaseException], None]) -> None:
         cfg = state.config
         self._state = state

@@ -24,7 +24,7 @@ from ..context import JobContext, _current
 from ..errors import InvalidJob, one_line
 from ..models import Claim, Job, encode_json
 from ..retries import Snooze
-from ..tasks import Task, follow_up_spec
+from ..tasks import AnyTask, follow_up_spec
 from .acks import Acknowledger
 from .outcome import FINISH_LEVELS, HandlerTimeout, Rejected, clip, failure, job_extra
 from .state import Running, WorkerState
@@ -47,7 +47,7 @@ counts the jobs by its start: keep 'no worker of queue % knows kind %' in step w
 class Runner:
     """Runs handlers for one run of a worker; `start` puts a claimed job in a free slot."""
 
-    def __init__(self, state: WorkerState, tasks: Mapping[str, Task], threads: Threads,
+    def __init__(self, state: WorkerState, tasks: Mapping[str, AnyTask], threads: Threads,
                  acks: Acknowledger, queue: AsyncQueue) -> None:
         self._state = state
         self._tasks = tasks
@@ -194,7 +194,7 @@ class Runner:
         self._acks.snooze(claim, delay)
         return "unknown kind"
 
-    def _sync_done(self, run: Running, task: Task, value: Any, failed: BaseException | None) -> None:
+    def _sync_done(self, run: Running, task: AnyTask, value: Any, failed: BaseException | None) -> None:
         # On the loop, once a sync handler started by `start` returned or raised.
         if run.released:  # handed back at shutdown while it ran (and reported then)
             return
@@ -204,7 +204,7 @@ class Runner:
         finally:
             self.end_run(run, outcome, error)
 
-    def _conclude(self, run: Running, task: Task | None, value: Any,
+    def _conclude(self, run: Running, task: AnyTask | None, value: Any,
                   failed: BaseException | None) -> tuple[str, str | None]:
         """Queue the acknowledgement of an attempt that returned `value` or raised `failed`; return
         its outcome and, for a failure, the error summary. An interrupted attempt sends nothing: the
@@ -262,7 +262,7 @@ class Runner:
         if state.stopping.is_set():
             state.run_ended.set()
 
-    async def _call(self, task: Task, kwargs: dict[str, Any], run: Running) -> Any:
+    async def _call(self, task: AnyTask, kwargs: dict[str, Any], run: Running) -> Any:
         if not task.is_async:  # with a timeout (`start` runs the others): awaited, abandoned when late
             future = self._threads.submit(sync_call(task, kwargs, run.context))
             done, _ = await asyncio.wait({future}, timeout=task.timeout)
@@ -330,7 +330,7 @@ def unknown_kind_delay(rounds: dict[str, tuple[float, float]], kind: str, now: f
     return delay
 
 
-def sync_call(task: Task, kwargs: dict[str, Any], job_context: JobContext) -> Callable[[], Any]:
+def sync_call(task: AnyTask, kwargs: dict[str, Any], job_context: JobContext) -> Callable[[], Any]:
     """A sync handler's call, for a thread: in a copy of the current context in which
     `current_job()` (and `cancel_requested()`, `set_progress()`) are this run's."""
     context = contextvars.copy_context()

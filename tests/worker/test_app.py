@@ -76,6 +76,47 @@ def test_check_arguments_names_the_task_and_the_bad_argument() -> None:
         send.check_arguments({})
 
 
+def test_spec_stores_positional_arguments_under_their_parameter_names() -> None:
+    app = make_app()
+
+    @app.task
+    def send(to: str, subject: str = "", *, cc: str = "") -> None:
+        pass
+
+    assert send.spec("a", "hi").payload == {"to": "a", "subject": "hi"}
+    assert send.spec("a", cc="b").payload == {"to": "a", "cc": "b"}
+    assert send.configure(queue="q").spec("a", subject="hi").payload == {"to": "a", "subject": "hi"}
+    assert send.payload(("a",), {}) == {"to": "a"}
+
+
+def test_positional_arguments_without_a_payload_name_are_refused() -> None:
+    app = make_app()
+
+    @app.task
+    def send(to: str, subject: str = "", *, cc: str = "") -> None:
+        pass
+
+    @app.task
+    def only(a: int, /, b: int = 0) -> None:
+        pass
+
+    @app.task
+    def spread(first: int, *rest: int) -> None:
+        pass
+
+    with pytest.raises(InvalidJob, match=r"task 'send'.*too many positional arguments \(3\)"):
+        send.spec("a", "hi", "b")  # type: ignore[call-arg]
+    with pytest.raises(InvalidJob, match=r"task 'send'.*multiple values for 'to'"):
+        send.spec("a", to="b")  # type: ignore[misc]
+    with pytest.raises(InvalidJob, match=r"task 'only'.*argument 1 binds to positional-only 'a'"):
+        only.spec(1)
+    with pytest.raises(InvalidJob, match=r"task 'spread'.*argument 2 binds to \*rest"):
+        spread.spec(1, 2)
+    with pytest.raises(InvalidJob, match=r"task 'send'.*missing a required argument: 'to'"):
+        send.spec(cc="b")  # type: ignore[call-arg]
+    assert spread.spec(1).payload == {"first": 1}
+
+
 def test_configure_keeps_job_options_apart_from_handler_arguments() -> None:
     app = make_app()
 
@@ -90,7 +131,7 @@ def test_configure_keeps_job_options_apart_from_handler_arguments() -> None:
     default = send.spec(queue="x", delay=1)
     assert (default.queue, default.dedupe_key) == ("mail", None)
     with pytest.raises(InvalidJob, match="unexpected keyword"):
-        send.spec(queue="x", delay=1, nope=1)
+        send.spec(queue="x", delay=1, nope=1)  # type: ignore[call-arg]
 
 
 def test_defer_refuses_a_connection_of_the_wrong_kind() -> None:
