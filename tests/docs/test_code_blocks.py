@@ -219,7 +219,10 @@ def test_page_code_blocks_run(page: str, pgq_dsn: str, request: pytest.FixtureRe
     for name, names in seed.items():
         if "." in name:
             install_module(name, names, monkeypatch)
-    ns: dict[str, Any] = {"__name__": "__docs__", **{k: v for k, v in seed.items() if "." not in k}}
+    # A module of its own (in sys.modules), as a reader's script is: dataclasses look their class's
+    # module up there.
+    ns: dict[str, Any] = install_module("__docs__", {k: v for k, v in seed.items() if "." not in k},
+                                        monkeypatch).__dict__
     namespaces = [ns]
     workers = PageWorkers()
     tests_run: set[str] = set()
