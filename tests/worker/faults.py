@@ -88,5 +88,6 @@ def report(capsys: pytest.CaptureFixture[str], text: str) -> None:
         print(f"\n{text}")
 
 
-# Statements are recognised by the comment each sql/*.sql file starts with.
-CLAIM, COMPLETE, HEARTBEAT = "-- job_claim", "-- job_complete:", "-- job_heartbeat:"
+# Statements are recognised by the comment each sql/*.sql file starts with (the completion and the
+# heartbeat as sent at once, job_complete.sql, or past a held row, job_complete_skip.sql).
+CLAIM, COMPLETE, HEARTBEAT = "-- job_claim", "-- job_complete", "-- job_heartbeat"
