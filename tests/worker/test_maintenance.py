@@ -129,7 +129,8 @@ def test_rescuer_ends_a_session_stuck_sending_a_claim_to_a_frozen_client(
         pgq_dsn: str, db: DB, caplog: pytest.LogCaptureFixture) -> None:
     # The claim never commits, so no lease covers its jobs: they stay queued, locked, skipped by every
     # other claim's SKIP LOCKED, for as long as the client stays frozen, unless the session is ended.
-    frozen = freeze_mid_claim(pgq_dsn, db, 300)
+    n = 250  # one claim statement takes at most 256 (pgq.claim's reservations)
+    frozen = freeze_mid_claim(pgq_dsn, db, n)
     # Someone else's statement stuck the same way is left alone: only pgq's writing statements count.
     bystander = FrozenClient(pgq_dsn, "SELECT repeat('y', 1000) FROM generate_series(1, 20000)")
     try:
@@ -147,14 +148,14 @@ def test_rescuer_ends_a_session_stuck_sending_a_claim_to_a_frozen_client(
                 claimed: list[pgq.Claim] = []
 
                 async def all_claimed() -> bool:
-                    claimed.extend(await queue.claim(worker="other", limit=300, lease=60))
-                    return len(claimed) == 300
+                    claimed.extend(await queue.claim(worker="other", limit=n, lease=60))
+                    return len(claimed) == n
 
                 await async_wait_for(all_claimed, 10, "the released jobs to be claimable", interval=0.1)
                 return claimed
 
         claimed = asyncio.run(main())
-        assert sorted(c.job.payload["n"] for c in claimed) == list(range(300))
+        assert sorted(c.job.payload["n"] for c in claimed) == list(range(n))
         assert {c.job.attempts for c in claimed} == {1}  # the frozen claim was rolled back, not counted
         wait_for(lambda: frozen.wait_event(db) is None, 10, "the frozen client's session to end")
         assert bystander.wait_event(db) == "ClientWrite"
