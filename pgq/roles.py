@@ -8,9 +8,11 @@ the objects of a new revision get their owner and grants at once. The schema sid
 SECURITY DEFINER function, the trigger that keeps cancel and retry to administrators) is revision 0002.
 
 - ``<prefix>producer``: enqueue (through pgq.enqueue / pgq.enqueue_many) and read; writes no table.
-- ``<prefix>worker``: a producer that also claims, completes, fails, heartbeats, snoozes and rescues
-  jobs, records watermarks, enqueues periodic ticks and sets concurrency limits. It cannot delete
-  (so it skips retention), cancel, retry, truncate or change the schema.
+- ``<prefix>worker``: a producer that also claims jobs, completes, fails, heartbeats and snoozes the
+  attempts it holds, rescues expired leases (all through SECURITY DEFINER functions that check the
+  lease token, revision 0011: it has no UPDATE on pgq.jobs), enqueues periodic ticks and sets
+  concurrency limits. It cannot change a job it does not hold, delete (so it skips retention),
+  cancel, retry, truncate or change the schema.
 - ``<prefix>admin``: owns schema pgq and its objects: cancel, retry, purge, migrate.
 """
 

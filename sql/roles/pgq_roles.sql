@@ -12,11 +12,13 @@
 --               and read jobs, views and pgq's other tables. No UPDATE or DELETE anywhere: it
 --               cannot claim, change or delete a job.
 --   {worker}    everything the producer may, plus what a worker process runs: claim, complete,
---               fail, heartbeat, snooze/release and rescue (UPDATE of the job columns those touch),
---               watermark bookkeeping, periodic enqueue, and setting (not removing) concurrency
---               limits. No DELETE, no TRUNCATE, no DDL; cancelling a job or re-opening a finished
---               one is refused by the trigger of revision 0002. Retention (deleting old finished
---               jobs) is a purge, so a worker with only this role skips it and logs why.
+--               fail, heartbeat, snooze/release and rescue, each through a SECURITY DEFINER function
+--               that changes a job only under the lease token of its attempt (the rescue: only
+--               attempts whose lease expired), periodic enqueue, and setting (not removing)
+--               concurrency limits. No UPDATE of pgq.jobs or pgq.key_watermarks, no DELETE, no
+--               TRUNCATE, no DDL: it cannot cancel, retry, or finish a job it does not hold.
+--               Retention (deleting old finished jobs) is a purge, so a worker with only this role
+--               skips it and logs why.
 --   {admin}     owns schema pgq and everything in it: cancel, retry, purge, migrate. Grant it to
 --               the account that runs `pgq migrate`, `pgq jobs cancel|retry`, `pgq purge`.
 
@@ -106,14 +108,10 @@ BEGIN
     END IF;
 END
 $member$;
--- Only the columns that claim, complete, fail, heartbeat, snooze and rescue write (and the progress
--- handlers report); never a job's identity or input (id, queue, kind, payload, priority, dedupe_key,
--- input_watermark, max_attempts).
-GRANT UPDATE (status, attempts, run_at, lease_token, lease_expires_at, claimed_by, started_at, finished_at,
-              last_error, result, done_watermark, progress)
-    ON pgq.jobs TO {worker};
--- Processed watermarks of dedupe keys (job_complete).
-GRANT INSERT, UPDATE (done_watermark, job_id, updated_at) ON pgq.key_watermarks TO {worker};
+-- No UPDATE on pgq.jobs, nor INSERT or UPDATE on pgq.key_watermarks (revoked above): a worker
+-- writes a job only through the functions granted at the end, which check the lease token. With
+-- column UPDATE it could fail another worker's or a queued job (cancelling its dependents), finish
+-- another's job, release a waiting one, or write any key's processed watermark.
 -- Limits of the worker's own tasks (set at start-up); the claim also locks limit rows FOR UPDATE,
 -- which needs UPDATE on a column. Removing a limit (DELETE) stays with the admin.
 GRANT INSERT, UPDATE (max_running, updated_at) ON pgq.concurrency_limits TO {worker};
@@ -121,9 +119,20 @@ GRANT INSERT, UPDATE (max_running, updated_at) ON pgq.concurrency_limits TO {wor
 -- window of starts (adds this claim's, deletes those that left the window).
 GRANT INSERT, UPDATE (max_starts, per_s, updated_at) ON pgq.rate_limits TO {worker};
 GRANT INSERT, DELETE ON pgq.rate_limit_starts TO {worker};
--- The claim (SECURITY DEFINER: it reserves, marks and takes rows itself), and the marking of a kind's
--- jobs after the worker set a limit of a task.
+-- The claim (SECURITY DEFINER: it reserves, marks and takes rows itself), the marking of a kind's
+-- jobs after the worker set a limit of a task, and the acknowledgements of an attempt under its lease
+-- token, the rescue of expired leases and the storing of an attempt's last error (revision 0011).
 GRANT EXECUTE ON FUNCTION
     pgq.claim(text[], text[], integer, double precision, text),
-    pgq.limits_changed(text)
+    pgq.limits_changed(text),
+    pgq.complete(bigint[], uuid[], jsonb[], bigint[], jsonb[], text),
+    pgq.complete_skip(bigint[], uuid[], jsonb[], bigint[], jsonb[], boolean),
+    pgq.fail(bigint[], uuid[], text[], double precision[], boolean[], jsonb[], text),
+    pgq.fail_skip(bigint[], uuid[], text[], double precision[], boolean[], jsonb[], boolean),
+    pgq.heartbeat(bigint[], uuid[], double precision[], jsonb[], text),
+    pgq.heartbeat_skip(bigint[], uuid[], double precision[], jsonb[], boolean),
+    pgq.snooze(bigint[], uuid[], double precision[], jsonb[], text),
+    pgq.snooze_skip(bigint[], uuid[], double precision[], jsonb[], boolean),
+    pgq.rescue(integer),
+    pgq.error_set(bigint, uuid, text)
     TO {worker};

@@ -193,3 +193,33 @@ def _race_heartbeat_with_enqueue(dsn: str, claims: list[Claim], keys: list[str],
     for t in threads:
         t.join(60)
     return errors, renewed, ids
+
+
+@pytest.mark.parametrize("name", sorted(BATCHES))
+def test_worker_batch_with_a_held_row_reports_it_busy_without_waiting_for_the_lock(
+    pgq_queue: Queue, pgq_dsn: str, db: SQL, name: str
+) -> None:
+    """The worker's first try is one call of a SECURITY DEFINER function (revision 0011) that sets a
+    50 ms lock_timeout inside itself for its own transaction: in a session that would otherwise wait
+    for a lock forever, a held row still comes back busy while the lock is held (not a hang), and the
+    setting does not outlive that transaction."""
+    pgq_queue.enqueue_many([JobSpec("k", queue="q") for _ in range(3)])
+    claims = sorted(pgq_queue.claim(worker="w", queues=["q"], limit=3, lease=60), key=lambda c: c.id)
+    held = claims[1]
+    busy: set[int] = set()
+    results: list[Any] = []
+    with psycopg.connect(pgq_dsn, autocommit=True, options="-c lock_timeout=0") as worker:
+        with psycopg.connect(pgq_dsn) as producer:  # left (its lock released) before the worker's end
+            producer.execute("SELECT 1 FROM pgq.jobs WHERE id = %s FOR NO KEY UPDATE", [held.id])
+            thread = threading.Thread(target=lambda: results.append(
+                _ops.run_sync(worker, BATCHES[name](claims, busy, False), own_transaction=True)))
+            thread.start()
+            thread.join(60)  # a guard that did not apply would wait here as long as the producer holds the row
+            waited = thread.is_alive()
+        thread.join()
+        assert not waited, "the acknowledgement waited for the held row"
+        assert busy == {held.id}
+        assert set(results[0]) == {c.id for c in claims} - {held.id}
+        rows = _rows(db, [c.id for c in claims])
+        assert not CHANGED[name](rows[held.id]) and all(CHANGED[name](rows[c.id]) for c in claims if c != held)
+        assert worker.execute("SHOW lock_timeout").fetchone() == ("0",)

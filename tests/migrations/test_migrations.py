@@ -561,6 +561,23 @@ def test_0010_adds_the_reserving_claim_and_its_downgrade_restores_0009s_schema(p
     assert claimed == [("k",), ("lim",), ("k",)]
 
 
+WORKER_FUNCTIONS = ["complete", "complete_skip", "error_set", "fail", "fail_skip", "heartbeat", "heartbeat_skip",
+                    "rescue", "snooze", "snooze_skip"]
+
+
+def test_0011_adds_the_worker_functions_as_definers_and_its_downgrade_removes_them(pgq_dsn: str) -> None:
+    functions = ("SELECT proname, prosecdef, proconfig, has_function_privilege('public', oid, 'EXECUTE') "
+                 "FROM pg_proc WHERE pronamespace = 'pgq'::regnamespace AND proname = ANY(%s) ORDER BY 1")
+    found = query(pgq_dsn, functions, WORKER_FUNCTIONS)
+    assert found == [(name, True, ["search_path=pg_catalog, pg_temp"], False) for name in WORKER_FUNCTIONS]
+
+    migrate.downgrade(pgq_dsn, "0010")
+
+    assert query(pgq_dsn, functions, WORKER_FUNCTIONS) == []
+    migrate.upgrade(pgq_dsn)
+    assert query(pgq_dsn, functions, WORKER_FUNCTIONS) == found
+
+
 def test_servers_older_than_postgresql_14_are_refused_naming_their_version() -> None:
     from pgq.errors import PgqError
 
