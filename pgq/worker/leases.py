@@ -13,8 +13,9 @@ a rescue can hand it to another worker. That bounds the time two handlers of one
 by what the interrupted handler takes to stop (an async handler: until its next await).
 
 The first progress a handler reports in its attempt does not wait for the heartbeat: the lease watch
-(every second) sends it with a renewal of that job's lease alone, so that `set_progress` is seen to
-work at once; later progress goes with the heartbeat. One such statement per attempt at most, and
+(every second) starts a renewal of that job's lease alone, as a task of its own that never holds up
+the watch, which stores it, so that `set_progress` is seen to work at once; later progress goes with
+the heartbeat. One such statement per attempt at most, and
 only for attempts that report progress: the per-job path of jobs that do not is unchanged.
 
 Without a LISTEN connection (behind PgBouncer) nobody notifies the worker of a cancellation, so
@@ -78,6 +79,7 @@ class Heartbeat:
         self._patient: asyncio.Task[None] | None = None  # the patient renewal in flight
         self._waiting: set[int] = set()  # the ids it renews
         self._beating = asyncio.Lock()  # one renewal statement at a time: two would find each other's rows busy
+        self._hurry: asyncio.Task[float] | None = None  # the renewal sending first progress, in flight
 
     async def run(self) -> None:
         """Renew every lease/3 (every second at most while the database fails). Cancelled, it also
@@ -115,6 +117,11 @@ class Heartbeat:
             text = run.context.unsent_progress() if run is not None else None
             if text is not None:
                 progress[claim.id] = text
+        if only is not None:
+            # A renewal for progress only: of the jobs whose progress an earlier renewal did not take.
+            claims = [c for c in claims if c.id in progress]
+            if not claims:
+                return lease / 3
         sent = time.monotonic()
         busy: set[int] = set()
         try:
@@ -210,17 +217,28 @@ class Heartbeat:
         # A check a quarter of the margin late still stops the handler 3/4 of the margin early.
         period = min(1.0, margin / 4, self._check_every or 1.0)
         next_check = time.monotonic() + (self._check_every or 0.0)
-        while True:
-            await asyncio.sleep(period)
-            await self._hurry_first_progress()
-            self._expiring(time.monotonic(), margin)
-            if self._check_every is not None and time.monotonic() >= next_check:
-                next_check = time.monotonic() + self._check_every
-                await self._check()
+        try:
+            while True:
+                await asyncio.sleep(period)
+                self._hurry_first_progress()
+                self._expiring(time.monotonic(), margin)
+                if self._check_every is not None and time.monotonic() >= next_check:
+                    next_check = time.monotonic() + self._check_every
+                    await self._check()
+        finally:
+            hurry = self._hurry
+            if hurry is not None:
+                hurry.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await hurry
 
-    async def _hurry_first_progress(self) -> None:
-        """Send the first progress of each attempt that reported one since the last call, in one
-        renewal of those jobs' leases (see the module docstring)."""
+    def _hurry_first_progress(self) -> None:
+        """Start a renewal of the leases of the attempts that reported their first progress since the
+        last call, which stores that progress (see the module docstring). It runs as a task, so that
+        a renewal waiting on the database (or on the heartbeat's) never holds up the lease watch;
+        while one is in flight, attempts that report meanwhile wait for the next call."""
+        if self._hurry is not None and not self._hurry.done():
+            return
         first = set()
         for job_id, run in self._state.running.items():
             context = run.context
@@ -228,7 +246,7 @@ class Heartbeat:
                 context.progress_hurried = True
                 first.add(job_id)
         if first:
-            await self.beat(first)
+            self._hurry = asyncio.create_task(self.beat(first), name="pgq-first-progress")
 
     def _expiring(self, now: float, margin: float) -> None:
         state = self._state
