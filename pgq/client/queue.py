@@ -240,6 +240,8 @@ class Queue:
         returns that run's job id. Idle workers of the queues are notified once per queue.
         Dependencies (`depends_on`, `on_parent_failure`): see `enqueue`; a batch with dependencies is
         one transaction, and none of its jobs is written when one names a parent that is no job.
+        A spec's options are its own, whatever the queue's `app`: `task.spec(**kwargs)` builds one
+        with a task's.
         """
         return self._enqueue(_specs(specs), conn)
 
