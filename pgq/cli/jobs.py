@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import datetime as dt
 import json
+from typing import Any
 
 from ..client import Queue
 from ..errors import NotFound
@@ -58,7 +59,10 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
             "Show every field of one job; payload and result as indented JSON. For a job with\n"
             f"dependencies, then its parents and children (at most {DEPENDENCIES_SHOWN} of each): id, kind,\n"
             "status, whether the child needs the parent to succeed, and the parent's outcome as\n"
-            "recorded when it finished; for a waiting job, the parents it still waits for."
+            "recorded when it finished; for a waiting job, the parents it still waits for.\n"
+            "last_error is the error a failed or cancelled job ended with; for any other job it\n"
+            "is shown as previous_attempt_error (an earlier attempt's), and claimed_by as\n"
+            "last_claimed_by once that attempt no longer runs."
         ),
     )
     q.add_argument("id", metavar="ID", type=job_id, help="job id")
@@ -94,7 +98,7 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
         if not found and args.queue is not None and not queue_exists(queue, args.queue):
             raise CliError(f"no such queue: {args.queue!r} holds no jobs")
     if args.json:
-        print(json.dumps([jsonable(dataclasses.asdict(job)) for job in found], indent=2))
+        print(json.dumps([job_fields(job) for job in found], indent=2))
         return EXIT_OK
     if not found:
         print("no jobs match")
@@ -110,7 +114,7 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
             str(job.priority),
             format_relative(job.created_at, now),
             format_relative(job.run_at, now) if job.status is JobStatus.QUEUED else "-",
-            cell(job.last_error or "", 48),
+            cell(job.error or (f"(previous) {job.previous_attempt_error}" if job.previous_attempt_error else ""), 48),
         ]
         for job in found
     ]
@@ -119,14 +123,32 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def job_fields(job: Job) -> dict[str, Any]:
+    """Every field of `job` as JSON values, except that `last_error` holds only the error the job
+    finished with (`Job.error`) and `previous_attempt_error` the error of an earlier attempt that
+    is no longer its outcome (`Job.previous_attempt_error`): what `pgq jobs list/show --json`
+    print."""
+    fields = jsonable(dataclasses.asdict(job))
+    fields["last_error"] = job.error
+    fields["previous_attempt_error"] = job.previous_attempt_error
+    return dict(fields)
+
+
 def format_job(job: Job) -> str:
     """Render every field of `job`, one per line; payload, result, progress and last_error as
-    indented blocks."""
+    indented blocks. An error that is no longer the job's outcome (it succeeded, or runs again) is
+    labelled previous_attempt_error, and the worker of an attempt that no longer runs is labelled
+    last_claimed_by."""
     lines: list[str] = []
-    width = max(len(f.name) for f in dataclasses.fields(job)) + 2
+    names = {f.name: f.name for f in dataclasses.fields(job)}
+    if job.last_error is not None and job.error is None:
+        names["last_error"] = "previous_attempt_error"
+    if job.claimed_by is not None and job.lease_owner is None:
+        names["claimed_by"] = "last_claimed_by"
+    width = max(len(name) for name in names.values()) + 2
     for f in dataclasses.fields(job):
         value = getattr(job, f.name)
-        label = f"{f.name}:".ljust(width)
+        label = f"{names[f.name]}:".ljust(width)
         if f.name in ("payload", "result", "progress"):
             text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
             if "\n" in text:
@@ -200,7 +222,7 @@ def cmd_jobs_show(args: argparse.Namespace) -> int:
         except NotFound:  # deleted between the two reads
             raise CliError(f"job {args.id} not found") from None
     if args.json:
-        shown = {**jsonable(dataclasses.asdict(job)), "dependencies": dependencies_json(deps)}
+        shown = {**job_fields(job), "dependencies": dependencies_json(deps)}
         print(json.dumps(shown, indent=2, ensure_ascii=False))
     else:
         print(format_job(job))

@@ -28,6 +28,7 @@ from .common import (
     SpareFlag,
     SpecLike,
     T,
+    TaskRegistry,
     _keeps_connection,
     _lease_s,
     _non_negative,
@@ -39,6 +40,7 @@ from .common import (
     _waiters,
     check_pgbouncer_pool,
     connection_failure,
+    job_options,
     pool_kwargs,
 )
 
@@ -64,7 +66,9 @@ class AsyncQueue:
     (behind PgBouncer). `io_timeout`: seconds a call may wait on its connection (None: no limit);
     past it the connection is taken for dead (a half-open network, a server that stopped answering)
     and severed: the call raises psycopg.OperationalError, or is retried on a new connection when it
-    is safe to repeat. Set it above your slowest statement. Use as a context manager or call `close()`.
+    is safe to repeat. Set it above your slowest statement. `app`: a pgq.App whose registered tasks
+    give `enqueue(kind, ...)` their queue, priority and max_attempts for the options left out (the
+    App's own queues have it). Use as a context manager or call `close()`.
     """
 
     def __init__(
@@ -78,7 +82,9 @@ class AsyncQueue:
         pgbouncer: bool = False,
         listen_dsn: str | None = None,
         io_timeout: float | None = None,
+        app: TaskRegistry | None = None,
     ) -> None:
+        self._app = app
         self._io_timeout = None if io_timeout is None else positive_seconds("io_timeout", io_timeout)
         if isinstance(dsn_or_pool, AsyncConnectionPool):
             if pgbouncer:
@@ -204,8 +210,8 @@ class AsyncQueue:
         kind: str,
         payload: JSON = None,
         *,
-        queue: str = "default",
-        priority: int = 0,
+        queue: str | None = None,
+        priority: int | None = None,
         run_at: dt.datetime | None = None,
         delay: dt.timedelta | float | None = None,
         dedupe_key: str | None = None,
@@ -217,6 +223,10 @@ class AsyncQueue:
     ) -> int:
         """Enqueue one job and return its id; see `enqueue_many` for the rules.
 
+        `queue`, `priority`, `max_attempts` left out (None): those of the task registered under
+        `kind` in the queue's `app`, if it was given one and has that task; otherwise "default", 0
+        and the database default (25).
+
         `depends_on`: ids of jobs this one waits for (status waiting); it becomes ready when all of
         them succeeded and is cancelled when one fails or is cancelled, unless `on_parent_failure` is
         "run": then it runs once all of them finished, whatever the outcome (a batch callback).
@@ -224,6 +234,7 @@ class AsyncQueue:
         `conn`, the job is written in the caller's transaction: it exists if and only if that
         transaction commits.
         """
+        queue, priority, max_attempts = job_options(self._app, kind, queue, priority, max_attempts)
         spec = JobSpec(kind, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
                        dedupe_key=dedupe_key, watermark=watermark, max_attempts=max_attempts,
                        depends_on=depends_on, on_parent_failure=on_parent_failure)
@@ -241,6 +252,8 @@ class AsyncQueue:
         returns that run's job id. Idle workers of the queues are notified once per queue.
         Dependencies (`depends_on`, `on_parent_failure`): see `enqueue`; a batch with dependencies is
         one transaction, and none of its jobs is written when one names a parent that is no job.
+        A spec's options are its own, whatever the queue's `app`: `task.spec(**kwargs)` builds one
+        with a task's.
         """
         return await self._enqueue(_specs(specs), conn)
 

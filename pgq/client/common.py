@@ -10,7 +10,7 @@ import datetime as dt
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -244,3 +244,39 @@ class SpareFlag:
     def release(self) -> None:
         """Free the flag."""
         self._held = False
+
+
+class TaskOptions(Protocol):
+    """The job options a registered task (pgq.Task) gives its jobs, as a queue reads them."""
+
+    @property
+    def queue(self) -> str:
+        """The queue of the task's jobs."""
+
+    @property
+    def priority(self) -> int:
+        """The priority of the task's jobs."""
+
+    @property
+    def max_attempts(self) -> int | None:
+        """The task's max_attempts (None: the database default)."""
+
+
+class TaskRegistry(Protocol):
+    """What a queue given `app=` reads of it: the registered tasks by kind (a pgq.App)."""
+
+    @property
+    def tasks(self) -> Mapping[str, TaskOptions]:
+        """The registered tasks by name (job kind)."""
+
+
+def job_options(app: TaskRegistry | None, kind: str, queue: str | None, priority: int | None,
+                max_attempts: int | None) -> tuple[str, int, int | None]:
+    """The queue, priority and max_attempts of a job of `kind` enqueued by name: each option given
+    as is; one left out (None) is that of the task `app` registered under `kind`, or without one
+    the JobSpec default ("default", 0, None: the database's)."""
+    task = None if app is None else app.tasks.get(kind)
+    if task is None:
+        return ("default" if queue is None else queue, 0 if priority is None else priority, max_attempts)
+    return (task.queue if queue is None else queue, task.priority if priority is None else priority,
+            task.max_attempts if max_attempts is None else max_attempts)

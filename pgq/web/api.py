@@ -26,7 +26,7 @@ from . import actions, params, queries
 from .dashboard import Dashboard
 from .errors import HttpError
 from .security import check_api_request
-from .views import dependencies_json, job_json, jsonable
+from .views import dependencies_json, job_json, job_row_json, jsonable
 
 __all__ = ["Api", "json_error"]
 
@@ -71,7 +71,7 @@ class Api:
         page = await self.dash.read(queries.find_jobs(
             filters, before=params.cursor(query), limit=params.limit(query, JOBS_PER_PAGE)))
         cursor = None if page.next_cursor is None else str(page.next_cursor)
-        return _json({"jobs": page.jobs, "next_cursor": cursor})
+        return _json({"jobs": [job_row_json(r) for r in page.jobs], "next_cursor": cursor})
 
     async def job(self, request: Request) -> JSONResponse:
         """`GET /api/jobs/{id}`: the job and its dependencies (as the job page shows them)."""

@@ -15,10 +15,10 @@ import jinja2
 
 from ..cli import render
 from ..cli.render import dependencies_json
-from ..models import Job, jsonable
+from ..models import Job, JobStatus, jsonable
 
 __all__ = ["NONE_SHOWN", "dependencies_json", "environment", "format_age", "format_duration", "format_relative",
-           "format_time", "format_window", "job_json", "jsonable", "pretty_json"]
+           "format_time", "format_window", "job_json", "job_row_json", "jsonable", "pretty_json"]
 
 NONE_SHOWN = "\u2013"
 """What a missing value is shown as: an en dash."""
@@ -83,9 +83,25 @@ def environment() -> jinja2.Environment:
     return env
 
 
+def job_row_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row of the job search (sql/dashboard_jobs.sql, status as text) for the API, labelled as
+    job_json labels a job: `last_error` only for a failed or cancelled job, the error of an earlier
+    attempt otherwise as `previous_attempt_error`."""
+    data = dict(row)
+    finished_badly = data.get("status") in (JobStatus.FAILED.value, JobStatus.CANCELLED.value)
+    error = data.get("last_error")
+    data["last_error"] = error if finished_badly else None
+    data["previous_attempt_error"] = None if finished_badly else error
+    return data
+
+
 def job_json(job: Job) -> dict[str, Any]:
     """A job for the API: every column but the lease token (which fences the running attempt and has
-    no business leaving the database), timestamps in ISO 8601."""
+    no business leaving the database), timestamps in ISO 8601. `last_error` is only the error the
+    job finished with (`Job.error`: a failed or cancelled job's); the error of an earlier attempt
+    that is no longer the outcome (the job succeeded, or runs again) is `previous_attempt_error`."""
     data = {f.name: jsonable(getattr(job, f.name)) for f in dataclasses.fields(job) if f.name != "lease_token"}
     data["lease_held"] = job.lease_token is not None
+    data["last_error"] = job.error
+    data["previous_attempt_error"] = job.previous_attempt_error
     return data

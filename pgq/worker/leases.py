@@ -12,6 +12,12 @@ more than `lease` - lease/6 seconds ago (this machine's monotonic clock) is inte
 a rescue can hand it to another worker. That bounds the time two handlers of one job can run at once
 by what the interrupted handler takes to stop (an async handler: until its next await).
 
+The first progress a handler reports in its attempt does not wait for the heartbeat: the lease watch
+(every second) starts a renewal of that job's lease alone, as a task of its own that never holds up
+the watch, which stores it, so that `set_progress` is seen to work at once; later progress goes with
+the heartbeat. One such statement per attempt at most, and
+only for attempts that report progress: the per-job path of jobs that do not is unchanged.
+
 Without a LISTEN connection (behind PgBouncer) nobody notifies the worker of a cancellation, so
 every `check_every` seconds it reads which of its attempts lost their lease (a read, no write).
 
@@ -72,6 +78,8 @@ class Heartbeat:
         self._renewed: dict[int, float] = {}  # job id -> monotonic time its last successful renewal was sent
         self._patient: asyncio.Task[None] | None = None  # the patient renewal in flight
         self._waiting: set[int] = set()  # the ids it renews
+        self._beating = asyncio.Lock()  # one renewal statement at a time: two would find each other's rows busy
+        self._hurry: asyncio.Task[float] | None = None  # the renewal sending first progress, in flight
 
     async def run(self) -> None:
         """Renew every lease/3 (every second at most while the database fails). Cancelled, it also
@@ -88,13 +96,19 @@ class Heartbeat:
                 with contextlib.suppress(asyncio.CancelledError):
                     await patient
 
-    async def beat(self) -> float:
-        """One renewal of every lease held (none: nothing sent); returns the seconds until the next."""
+    async def beat(self, only: set[int] | None = None) -> float:
+        """One renewal of every lease held (none: nothing sent), or of the jobs in `only`; returns the
+        seconds until the next."""
+        async with self._beating:
+            return await self._beat(only)
+
+    async def _beat(self, only: set[int] | None) -> float:
         lease = self._lease
         acking = self._acks.acking
         state = self._state
         waiting = self._waiting
-        claims = [c for i, c in state.inflight.items() if i not in acking and i not in waiting]
+        claims = [c for i, c in state.inflight.items()
+                  if i not in acking and i not in waiting and (only is None or i in only)]
         if not claims:
             return lease / 3
         progress: dict[int, str] = {}
@@ -103,6 +117,11 @@ class Heartbeat:
             text = run.context.unsent_progress() if run is not None else None
             if text is not None:
                 progress[claim.id] = text
+        if only is not None:
+            # A renewal for progress only: of the jobs whose progress an earlier renewal did not take.
+            claims = [c for c in claims if c.id in progress]
+            if not claims:
+                return lease / 3
         sent = time.monotonic()
         busy: set[int] = set()
         try:
@@ -198,12 +217,36 @@ class Heartbeat:
         # A check a quarter of the margin late still stops the handler 3/4 of the margin early.
         period = min(1.0, margin / 4, self._check_every or 1.0)
         next_check = time.monotonic() + (self._check_every or 0.0)
-        while True:
-            await asyncio.sleep(period)
-            self._expiring(time.monotonic(), margin)
-            if self._check_every is not None and time.monotonic() >= next_check:
-                next_check = time.monotonic() + self._check_every
-                await self._check()
+        try:
+            while True:
+                await asyncio.sleep(period)
+                self._hurry_first_progress()
+                self._expiring(time.monotonic(), margin)
+                if self._check_every is not None and time.monotonic() >= next_check:
+                    next_check = time.monotonic() + self._check_every
+                    await self._check()
+        finally:
+            hurry = self._hurry
+            if hurry is not None:
+                hurry.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await hurry
+
+    def _hurry_first_progress(self) -> None:
+        """Start a renewal of the leases of the attempts that reported their first progress since the
+        last call, which stores that progress (see the module docstring). It runs as a task, so that
+        a renewal waiting on the database (or on the heartbeat's) never holds up the lease watch;
+        while one is in flight, attempts that report meanwhile wait for the next call."""
+        if self._hurry is not None and not self._hurry.done():
+            return
+        first = set()
+        for job_id, run in self._state.running.items():
+            context = run.context
+            if context.progress is not None and not context.progress_hurried:
+                context.progress_hurried = True
+                first.add(job_id)
+        if first:
+            self._hurry = asyncio.create_task(self.beat(first), name="pgq-first-progress")
 
     def _expiring(self, now: float, margin: float) -> None:
         state = self._state

@@ -148,7 +148,7 @@ class Worker:
         )
         # The queue keeps one connection out of the pool for the next call (while it is free), and its
         # cursor with it: an idle worker's claim then finds its loaders and dumpers ready.
-        queue = AsyncQueue(pool, keep_connection=True, io_timeout=cfg.effective_io_timeout)
+        queue = AsyncQueue(pool, keep_connection=True, io_timeout=cfg.effective_io_timeout, app=self.app)
         threads = Threads(loop, cfg.concurrency, f"pgq-{cfg.claimed_by}")
         state = self._begin(loop)
         acks = Acknowledger(state, queue)

@@ -88,6 +88,26 @@ def test_enqueue_prints_id_and_jobs_show_prints_every_field(cli: CLI, pgq_dsn: s
     assert loaded["payload"] == {"to": "a@example.com", "n": [1, 2]} and loaded["status"] == "queued"
 
 
+def test_jobs_show_labels_an_earlier_attempts_error_as_previous_once_the_job_succeeded(
+        cli: CLI, pgq_dsn: str, pgq_queue: Queue) -> None:
+    job_id = pgq_queue.enqueue("charge")
+    (first,) = pgq_queue.claim(worker="w1")
+    pgq_queue.fail(first, "TimeoutError: gateway slow", retry_in=0)
+    (second,) = pgq_queue.claim(worker="w2")
+    pgq_queue.complete(second)
+
+    shown = cli("jobs", "show", str(job_id), "--dsn", pgq_dsn)
+    assert shown.code == 0, shown.err
+    labels = {line.split(":", 1)[0]: line.split(":", 1)[1].strip() for line in shown.out.splitlines()
+              if ":" in line and not line.startswith(" ")}
+    assert "last_error" not in labels and labels["previous_attempt_error"] == "TimeoutError: gateway slow"
+    assert "claimed_by" not in labels and labels["last_claimed_by"] == "w2"
+    loaded = json.loads(cli("jobs", "show", str(job_id), "--dsn", pgq_dsn, "--json").out)
+    assert loaded["last_error"] is None and loaded["previous_attempt_error"] == "TimeoutError: gateway slow"
+    listed = cli("jobs", "list", "--dsn", pgq_dsn)
+    assert "(previous) TimeoutError: gateway slow" in listed.out
+
+
 def test_enqueue_without_payload_stores_empty_object(cli: CLI, pgq_dsn: str, pgq_queue: Queue) -> None:
     job = pgq_queue.get(int(cli("enqueue", "noop", "--dsn", pgq_dsn).out))
     assert job is not None and job.payload == {} and job.queue == "default"

@@ -60,6 +60,23 @@ def test_job_list_filters_by_queue_kind_status_and_text(dashboard: Client, pgq_q
     assert ids("queue=nope") == []
     job = client.get("/api/jobs?status=failed").json()["jobs"][0]
     assert job["last_error"] == "ValueError: Bad Pixel" and job["status"] == "failed" and job["attempts"] == 1
+    assert job["previous_attempt_error"] is None
+
+
+def test_api_gives_an_earlier_attempts_error_as_previous_attempt_error_after_a_success(
+        dashboard: Client, pgq_queue: Queue) -> None:
+    job_id = pgq_queue.enqueue("charge")
+    (first,) = pgq_queue.claim(worker="w1")
+    pgq_queue.fail(first, "TimeoutError: gateway slow", retry_in=0)
+    (second,) = pgq_queue.claim(worker="w2")
+    pgq_queue.complete(second)
+    client = dashboard()
+
+    job = client.get(f"/api/jobs/{job_id}").json()["job"]
+    assert job["status"] == "succeeded" and job["last_error"] is None
+    assert job["previous_attempt_error"] == "TimeoutError: gateway slow"
+    (row,) = client.get("/api/jobs?status=succeeded").json()["jobs"]
+    assert row["last_error"] is None and row["previous_attempt_error"] == "TimeoutError: gateway slow"
 
 
 def test_keyset_pages_list_every_job_once_while_jobs_are_enqueued(dashboard: Client, pgq_queue: Queue) -> None:

@@ -203,3 +203,40 @@ def test_pages_say_when_there_is_nothing(dashboard: Client) -> None:
     assert "No worker holds a job right now" in client.get("/workers").text
     assert "No concurrency limit is set" in client.get("/limits").text
     assert "No job matches." in client.get("/jobs").text
+
+
+def test_job_page_shows_an_earlier_attempts_error_as_previous_once_it_runs_again_or_succeeds(
+        dashboard: Client, pgq_queue: Queue) -> None:
+    job_id = pgq_queue.enqueue("charge")
+    (first,) = pgq_queue.claim(worker="host-1")
+    pgq_queue.fail(first, "TimeoutError: gateway slow", retry_in=0)
+    client = dashboard()
+
+    retrying = client.get(f"/jobs/{job_id}").text  # queued again: nothing of attempt 1 is current
+    assert 'data-field="last-error"' not in retrying and ">Last error<" not in retrying
+    assert re.search(r'data-field="previous-attempt-error">TimeoutError: gateway slow<', retrying)
+    owner = re.search(r'data-field="lease-owner">(.*?)</dd>', retrying, re.S)
+    assert owner and owner.group(1).startswith("\u2013") and "last attempt: host-1" in owner.group(1)
+    started = re.search(r'data-field="started">(.*?)</dd>', retrying, re.S)
+    assert started and "not yet" in started.group(1) and "<time" not in started.group(1)
+
+    (second,) = pgq_queue.claim(worker="host-2")
+    running = client.get(f"/jobs/{job_id}").text
+    owner = re.search(r'data-field="lease-owner">(.*?)</dd>', running, re.S)
+    assert owner and owner.group(1) == "host-2"
+    pgq_queue.complete(second, {"ok": True})
+
+    done = client.get(f"/jobs/{job_id}").text
+    assert ">Last error<" not in done and "Previous attempt's error" in done
+    assert "TimeoutError: gateway slow" in done and "the job succeeded since" in done
+    listed = client.get("/jobs").text
+    assert "(previous) TimeoutError: gateway slow" in listed
+
+
+def test_job_page_shows_the_error_a_job_failed_with_as_its_last_error(dashboard: Client, pgq_queue: Queue) -> None:
+    job_id = pgq_queue.enqueue("charge", max_attempts=1)
+    (claim,) = pgq_queue.claim(worker="host-1")
+    pgq_queue.fail(claim, "PaymentDeclined: card expired")
+    page = dashboard().get(f"/jobs/{job_id}").text
+    assert re.search(r'data-field="last-error">PaymentDeclined: card expired<', page)
+    assert "previous-attempt-error" not in page

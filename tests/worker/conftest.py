@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -253,10 +254,17 @@ def faults(pgq_dsn: str, db: DB, spawn_worker: Callable[..., WorkerProcess]) -> 
 
     params = conninfo_to_dict(pgq_dsn)
     host = str(params.get("host") or "127.0.0.1")
+    port = int(params.get("port") or 5432)
     if host.startswith("/"):
-        pytest.skip("the fault proxy needs a TCP server; the test server is on a unix socket")
+        # A unix-socket DSN: the server may listen on 127.0.0.1 at the same port too (the embedded
+        # test server does, see pgq.embedded), which the proxy can forward to.
+        host = "127.0.0.1"
+        try:
+            socket.create_connection((host, port), timeout=5).close()
+        except OSError:
+            pytest.skip("the fault proxy needs a TCP server; the test server is on a unix socket only")
     history.install(db.conn)
-    proxy = FaultProxy(host, int(params.get("port") or 5432))
+    proxy = FaultProxy(host, port)
     try:
         yield Faults(proxy, db, pgq_dsn, str(params["dbname"]), spawn_worker)
     finally:

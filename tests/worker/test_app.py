@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 
 import pytest
@@ -292,3 +293,38 @@ def test_worker_refuses_catch_up_longer_than_retention() -> None:
     with pytest.raises(InvalidJob, match="catch_up"):
         pgq.Worker(app, retention=dt.timedelta(days=1))
     pgq.Worker(app, retention=None)  # keeping jobs forever is fine
+
+
+def test_enqueue_by_kind_takes_the_registered_tasks_options(pgq_dsn: str) -> None:
+    app = App(pgq_dsn)
+
+    @app.task(queue="mail", priority=3, max_attempts=5)
+    def send_email(to: str) -> None:
+        """Send one email."""
+
+    with pgq.Queue(pgq_dsn, app=app) as queue:
+        by_name = queue.get(queue.enqueue("send_email", {"to": "a@example.com"}))
+        overridden = queue.get(queue.enqueue("send_email", {"to": "b@example.com"}, queue="bulk",
+                                             priority=-1, max_attempts=2))
+        unknown = queue.get(queue.enqueue("resize", {}))
+    assert by_name is not None and (by_name.queue, by_name.priority, by_name.max_attempts) == ("mail", 3, 5)
+    assert overridden is not None and (overridden.queue, overridden.priority, overridden.max_attempts) == (
+        "bulk", -1, 2)
+    assert unknown is not None and (unknown.queue, unknown.priority, unknown.max_attempts) == ("default", 0, 25)
+    with pgq.Queue(pgq_dsn) as plain:  # without an app, a queue cannot know the task
+        job = plain.get(plain.enqueue("send_email", {"to": "c@example.com"}))
+    assert job is not None and (job.queue, job.max_attempts) == ("default", 25)
+    own = app.queue.get(app.queue.enqueue("send_email", {"to": "d@example.com"}))  # the App's own queue
+    assert own is not None and (own.queue, own.priority, own.max_attempts) == ("mail", 3, 5)
+
+    async def main() -> tuple[str, int, int]:
+        async with pgq.AsyncQueue(pgq_dsn, app=app) as aqueue:
+            job = await aqueue.get(await aqueue.enqueue("send_email", {"to": "e@example.com"}))
+        own_async = await app.async_queue()
+        mine = await own_async.get(await own_async.enqueue("send_email", {"to": "f@example.com"}))
+        await app.aclose()
+        assert job is not None and mine is not None and (mine.queue, mine.max_attempts) == ("mail", 5)
+        return job.queue, job.priority, job.max_attempts
+
+    assert asyncio.run(main()) == ("mail", 3, 5)
+    app.close()

@@ -174,6 +174,44 @@ def test_progress_is_stored_with_the_heartbeat_and_with_the_outcome(pgq_dsn: str
     assert db.value("SELECT count(*) FROM pgq.running_jobs") == 0
 
 
+def test_first_progress_of_an_attempt_is_stored_before_the_first_heartbeat(pgq_dsn: str, db: DB) -> None:
+    # A 60 s lease: the heartbeat runs every 20 s, so progress stored before 20 s had passed on the
+    # database clock since the claim went with the hurried send, not with a heartbeat.
+    app = pgq.App(pgq_dsn)
+    second = threading.Event()
+    finish = threading.Event()
+    stored: list[tuple[Any, float]] = []  # (progress, database seconds since the attempt started)
+
+    @app.task
+    def report() -> None:
+        pgq.set_progress({"step": 1})
+        second.wait(30)
+        pgq.set_progress({"step": 2})
+        finish.wait(30)
+
+    async def done(queue: AsyncQueue) -> bool:
+        row = db.rows("SELECT status::text AS status, progress, "
+                      "extract(epoch FROM clock_timestamp() - started_at)::float8 AS age FROM pgq.jobs")[0]
+        if row["status"] == "running" and row["progress"] is not None:
+            if not stored or stored[-1][0] != row["progress"]:
+                stored.append((row["progress"], row["age"]))
+            second.set()
+            if row["age"] > 3:  # the second value had three seconds to be hurried too, and was not
+                finish.set()
+        return bool(row["status"] == "succeeded")
+
+    async def main() -> None:
+        async def before(queue: AsyncQueue) -> None:
+            await report.defer_async()
+        await run_worker_until(app, done, before=before, lease=60, timeout=30)
+
+    asyncio.run(main())
+    app.close()
+    assert stored[0][0] == {"step": 1} and stored[0][1] < 20, stored  # before any heartbeat could run
+    assert [p for p, _ in stored] == [{"step": 1}], stored  # the second waits for the heartbeat or outcome
+    assert db.rows("SELECT progress FROM pgq.jobs") == [{"progress": {"step": 2}}]  # stored with the outcome
+
+
 def test_progress_outside_a_handler_and_bad_values_raise(pgq_dsn: str) -> None:
     with pytest.raises(pgq.PgqError):
         pgq.set_progress(1)
