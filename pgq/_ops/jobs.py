@@ -215,9 +215,9 @@ def complete(
     `raise_lost`, whose exception would roll them back).
 
     `busy`: what to do with attempts whose row another transaction holds locked (a producer's open
-    transaction, a claimer for a moment; see sql/job_heartbeat.sql). None: wait for them, with a
-    second statement for those rows only, which waits for their locks in id order (the common case,
-    no such row, costs no second statement). A set: do not wait; their ids are added to it and left
+    transaction, an operator's). None: one statement that waits for them (rows locked in id order).
+    A set (a worker's own acknowledgements): wait at most ACK_LOCK_TIMEOUT, then send the batch
+    through job_complete_skip.sql, which skips held rows; their ids are added to the set and left
     out of the result, and they are not lost (send them again later)."""
     ids = [c.job.id for c, _, _ in items]
     wanted = _follow_ups_of(ids, follow_ups, raise_lost)
@@ -233,25 +233,11 @@ def complete(
     def steps() -> Steps[dict[int, JobStatus]]:
         if not items:
             return {}
-        done: dict[int, JobStatus] = {}
-        skipped: list[int] = []
         first = yield from _at_once("job_complete", params, busy, bool(wanted), fetch="tuples")
-        if first is not None:  # (id, status, woke) each
-            done = {row[0]: STATUS_BY_VALUE[row[1]] for row in first}
-            if wanted:
-                yield from _enqueue_follow_ups(wanted, (i for i, s in done.items() if s == JobStatus.SUCCEEDED))
-            return _check_lost("complete", params["ids"], done, raise_lost)
-        sent = params
-        while True:
-            rows = yield Stmt("job_complete_skip", sent, fetch="tuples")  # (id, status, woke) each
-            for row in rows:
-                if row[1] is None:
-                    skipped.append(row[0])
-                else:
-                    done[row[0]] = STATUS_BY_VALUE[row[1]]
-            if not skipped or busy is not None:
-                break
-            sent, skipped = _waiting_params(params, skipped), []
+        # (id, status, woke) each; the status is NULL for a row the _skip statement found held.
+        rows = first if first is not None else (yield Stmt("job_complete_skip", params, fetch="tuples"))
+        done = {row[0]: STATUS_BY_VALUE[row[1]] for row in rows if row[1] is not None}
+        skipped = [row[0] for row in rows if row[1] is None]
         if wanted:
             yield from _enqueue_follow_ups(wanted, (i for i, s in done.items() if s == JobStatus.SUCCEEDED))
         return _busy_or_lost("complete", params["ids"], done, skipped, busy, raise_lost)
@@ -331,22 +317,11 @@ def heartbeat(items: Sequence[tuple[Claim, float]], *, raise_lost: bool,
     def steps() -> Steps[set[int]]:
         if not items:
             return set()
-        renewed: dict[int, int] = {}
-        skipped: list[int] = []
         first = None if wait else (yield from _at_once("job_heartbeat", params, busy, False, fetch="tuples"))
-        if first is not None:  # (id, lease_expires_at) each
-            return set(_check_lost("heartbeat", params["ids"], {row[0]: row[0] for row in first}, raise_lost))
-        sent = params
-        while True:
-            rows = yield Stmt("job_heartbeat_skip", sent, fetch="tuples")  # (id, lease_expires_at) each
-            for row in rows:
-                if row[1] is None:
-                    skipped.append(row[0])
-                else:
-                    renewed[row[0]] = row[0]
-            if not skipped or busy is not None:
-                break
-            sent, skipped = _waiting_params(params, skipped), []
+        # (id, lease_expires_at) each; the expiry is NULL for a row the _skip statement found held.
+        rows = first if first is not None else (yield Stmt("job_heartbeat_skip", params, fetch="tuples"))
+        renewed = {row[0]: row[0] for row in rows if row[1] is not None}
+        skipped = [row[0] for row in rows if row[1] is None]
         return set(_busy_or_lost("heartbeat", params["ids"], renewed, skipped, busy, raise_lost))
 
     return Operation("job_heartbeat", steps, retry_safe=True)
@@ -377,25 +352,14 @@ def snooze(items: Sequence[tuple[Claim, float]], *, raise_lost: bool,
 
 def _jobs_or_busy(name: str, params: dict[str, Any], busy: set[int] | None,
                   transaction: bool = False) -> Steps[tuple[dict[int, Job], list[int]]]:
-    """Run job_fail or job_snooze (see `_at_once`), or their `_skip` statements (rows with a `busy`
-    column); returns the jobs changed and the ids skipped as busy. With `busy` None, the busy ones
-    are sent again, waiting for their locks."""
-    done: dict[int, Job] = {}
-    skipped: list[int] = []
+    """Run job_fail or job_snooze (see `_at_once`), or else their `_skip` statements (rows with a
+    `busy` column); returns the jobs changed and the ids skipped as busy."""
     first = yield from _at_once(name, params, busy, transaction)
     if first is not None:
         return {job.id: job for job in map(Job.from_row, first)}, []
-    sent = params
-    while True:
-        rows = yield Stmt(f"{name}_skip", sent)
-        for row in rows:
-            if row["busy"]:
-                skipped.append(row["id"])
-            else:
-                done[row["id"]] = Job.from_row(row)
-        if not skipped or busy is not None:
-            return done, skipped
-        sent, skipped = _waiting_params(params, skipped), []
+    rows = yield Stmt(f"{name}_skip", params)
+    return ({row["id"]: Job.from_row(row) for row in rows if not row["busy"]},
+            [row["id"] for row in rows if row["busy"]])
 
 
 ACK_LOCK_TIMEOUT = "50ms"
@@ -422,20 +386,6 @@ def _at_once(name: str, params: dict[str, Any], busy: set[int] | None, transacti
     except psycopg.errors.LockNotAvailable:
         return None
     return rows
-
-
-def _waiting_params(params: dict[str, Any], skipped: list[int]) -> dict[str, Any]:
-    """`params` of a batched acknowledgement cut down to the ids `skipped`, with `wait` on: the
-    statement that waits for the rows' locks (in id order) instead of skipping them."""
-    keep = set(skipped)
-    positions = [i for i, job_id in enumerate(params["ids"]) if job_id in keep]
-    waiting: dict[str, Any] = {"wait": True}
-    for name, value in params.items():
-        if isinstance(value, list) and name != "wait":
-            waiting[name] = [value[i] for i in positions]
-        elif name != "wait":
-            waiting[name] = value
-    return waiting
 
 
 def _busy_or_lost(operation: str, sent: list[int], done: dict[int, K], skipped: list[int],
