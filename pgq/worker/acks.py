@@ -5,11 +5,12 @@ statement per kind of outcome per flush, `ack_delay` after the oldest pending on
 `ack_batch` are pending. A flush that a connection error cut off is sent again after a pause (every
 acknowledgement is fenced, so resending is safe); a lease found lost is logged, never raised.
 
-An acknowledgement never waits on a row lock another transaction holds (a producer's open transaction
-after an enqueue naming a running job in `depends_on`, in a watermark enqueue or in Queue.wait; a
-claimer for a moment): the statement skips such a row and reports it busy, so the rest of the batch
-goes through. A busy outcome is neither lost nor an error: it is put back and sent again after a
-pause of its own, BUSY_FIRST_PAUSE doubling up to BUSY_MAX_PAUSE, until the row is free.
+An acknowledgement waits at most ACK_LOCK_TIMEOUT (pgq._ops.jobs: 50 ms) for a row lock another
+transaction holds (a producer's open transaction after an enqueue naming a running job in
+`depends_on`, in a watermark enqueue or in Queue.wait): then the batch is sent again through the
+statement that skips such a row and reports it busy, so the rest of the batch goes through. A busy
+outcome is neither lost nor an error: it is put back and sent again after a pause of its own,
+BUSY_FIRST_PAUSE doubling up to BUSY_MAX_PAUSE, until the row is free.
 """
 
 from __future__ import annotations

@@ -21,9 +21,10 @@ only for attempts that report progress: the per-job path of jobs that do not is 
 Without a LISTEN connection (behind PgBouncer) nobody notifies the worker of a cancellation, so
 every `check_every` seconds it reads which of its attempts lost their lease (a read, no write).
 
-The renewal never waits on a row lock another transaction holds: a producer's open transaction holds
-the row of a running job it named in `depends_on`, in a watermark enqueue or in Queue.wait until it
-commits. Such a row is skipped and reported busy, and the others are renewed. The busy ones get a
+The renewal waits at most 50 ms (pgq._ops.jobs.ACK_LOCK_TIMEOUT) for a row lock another transaction
+holds: a producer's open transaction holds the row of a running job it named in `depends_on`, in a
+watermark enqueue or in Queue.wait until it commits. Past that, the renewal is sent again through the
+statement that skips such a row and reports it busy, and the others are renewed. The busy ones get a
 patient renewal: a statement of their own, on a connection of its own, that waits for their locks (in
 id order) for as long as the producer's transaction lasts, run as a task so that the next renewals of
 the others are not held up. While it waits it holds the rows' tuple locks, so the rescue (SKIP
