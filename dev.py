@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import venv
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,18 +97,40 @@ MATRIX_TESTS = ["tests/migrations", "tests/integration", "tests/worker/test_work
 
 
 def cmd_matrix(args: list[str]) -> int:
-    """Run MATRIX_TESTS on a throwaway server of each major version in `args` (default: 14 16 17)."""
+    """Run MATRIX_TESTS on a throwaway server of each major version in `args` (default: 14 16 17), the
+    versions side by side (the slice waits on its servers far more than it computes); each version's
+    output is printed when it finishes. Non-zero if any version fails."""
     ensure_venv()
-    failed = []
-    for major in args or sorted(PG_BINARIES):
+    majors = args or sorted(PG_BINARIES)
+    for major in majors:
         if major not in PG_BINARIES:
             sys.exit(f"dev: no binaries for PostgreSQL {major} (have: {', '.join(sorted(PG_BINARIES))})")
-        with throwaway_server(major) as dsn:
-            say(f"PostgreSQL {major}: running the version slice against {dsn}")
-            if run(PYTHON, "-m", "pytest", *MATRIX_TESTS, env=dict(os.environ, PGQ_TEST_DSN=dsn)) != 0:
-                failed.append(major)
+    failed = []
+    with contextlib.ExitStack() as stack:
+        running: dict[str, tuple[subprocess.Popen[bytes], Path, float]] = {}
+        for major in majors:
+            dsn = stack.enter_context(throwaway_server(major))
+            log = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"pgq-matrix{major}-"))) / "pytest.log"
+            say(f"PostgreSQL {major}: running the version slice against {dsn} (output: {log})")
+            out = stack.enter_context(log.open("wb"))
+            proc = subprocess.Popen([str(PYTHON), "-m", "pytest", *MATRIX_TESTS], cwd=ROOT, stdout=out,
+                                    stderr=subprocess.STDOUT, env=dict(os.environ, PGQ_TEST_DSN=dsn))
+            stack.callback(proc.kill)  # on an interrupt; a no-op for one that has finished
+            running[major] = (proc, log, time.monotonic())
+        while running:
+            time.sleep(1)
+            for major, (proc, log, started) in list(running.items()):
+                if proc.poll() is None:
+                    continue
+                del running[major]
+                outcome = "passed" if proc.returncode == 0 else f"FAILED (pytest exit {proc.returncode})"
+                say(f"PostgreSQL {major}: {outcome} after {time.monotonic() - started:.0f} s; its output:")
+                sys.stdout.write(log.read_text(errors="replace"))
+                sys.stdout.flush()
+                if proc.returncode != 0:
+                    failed.append(major)
     if failed:
-        say(f"failed on PostgreSQL {', '.join(failed)}")
+        say(f"failed on PostgreSQL {', '.join(sorted(failed))}")
         return 1
     return 0
 
