@@ -62,6 +62,7 @@ from .leader import (
     periodic_enqueue_as_leader,
     purge_as_leader,
     rescue_as_leader,
+    settle,
 )
 from .watchdog import AsyncWatchdog, Watchdog, sever
 
@@ -114,6 +115,7 @@ __all__ = [
     "run_sync",
     "set_concurrency_limit",
     "set_rate_limit",
+    "settle",
     "sever",
     "snooze",
     "wait_mark",

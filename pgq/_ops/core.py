@@ -92,7 +92,7 @@ WRITING_STATEMENTS: tuple[str, ...] = (
     "concurrency_limit_delete", "concurrency_limit_set", "job_cancel", "job_claim", "job_claim_fast",
     "job_complete", "job_complete_skip", "job_enqueue", "job_enqueue_after", "job_enqueue_one", "job_error_set",
     "job_fail", "job_fail_skip", "job_heartbeat", "job_heartbeat_skip", "job_insert", "job_insert_one", "job_purge",
-    "job_rescue", "job_retry", "job_snooze", "job_snooze_skip", "job_wait_mark", "limits_changed",
+    "job_rescue", "job_retry", "job_settle", "job_snooze", "job_snooze_skip", "job_wait_mark", "limits_changed",
     "maintenance_lock", "periodic_enqueue", "queue_pause", "queue_resume", "rate_limit_delete", "rate_limit_set",
 )
 READ_ONLY_STATEMENTS: tuple[str, ...] = (

@@ -98,6 +98,21 @@ def end_stalled_as_leader(lock_key: int, after_s: float) -> Operation[LeaderRun[
     return Operation("stalled_session_end", steps, transaction=True, guards_itself=True)
 
 
+SETTLE_BATCH = 1000
+
+
+def settle(limit: int = SETTLE_BATCH) -> Operation[int]:
+    """Release the waiting children and tell the waiters of jobs that finished before the edge or the
+    wait was committed (their producer's transaction was open): up to `limit` of each. Value: how many
+    were settled (0 when another settle was running). Idempotent."""
+
+    def steps() -> Steps[int]:
+        rows = yield Stmt("job_settle", {"limit": limit})
+        return int(rows[0]["settled"])
+
+    return Operation("job_settle", steps, retry_safe=True)
+
+
 def purge_as_leader(lock_key: int, older_than_s: float, batch: int = PURGE_BATCH) -> Operation[LeaderRun[int]]:
     """One transaction: take the retention lock, and when it was free, delete one batch of jobs that
     finished more than `older_than_s` seconds ago. Value: the number deleted."""

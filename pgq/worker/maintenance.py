@@ -50,6 +50,9 @@ PERIODIC_LOCK_KEY: Final = 0x7067_713A_7065_7269
 RETENTION_LOCK_KEY: Final = 0x7067_713A_7265_746E
 
 MAX_TICKS_PER_RUN = 1000
+# Seconds between a worker's settle runs (pgq.settle): how late a child whose parent finished while
+# its producer's transaction was open is released, at most, after the producer commits.
+SETTLE_INTERVAL: Final = 1.0
 """At most this many ticks of one schedule are enqueued per run (the latest ones)."""
 
 
@@ -264,6 +267,8 @@ class PeriodicEnqueuer:
 
 # What happens instead when the database refuses a step to the worker's role.
 _REFUSED_HINTS: Final = {
+    "settle": "children and waits that a finish could not see are settled by the other workers and the "
+              "rescue (grant pgq_worker to this one's role)",
     "rescue": "expired leases are rescued by the other workers (grant pgq_worker to this one's role)",
     "periodic": "periodic jobs are enqueued by the other workers (grant pgq_worker to this one's role)",
     "retention": "finished jobs stay until `pgq purge` runs as pgq_admin (workers with only pgq_worker "
@@ -272,7 +277,10 @@ _REFUSED_HINTS: Final = {
 
 
 class Maintenance:
-    """Runs the three steps forever at their intervals (until cancelled). Owned by a Worker.
+    """Runs the four steps forever at their intervals (until cancelled). Owned by a Worker.
+
+    `settle_interval`: seconds between settle runs (`pgq.settle`: the children and waits a finish could
+    not see because their producer committed after it; one worker at a time does the work).
 
     `rescue_interval`: seconds between rescue runs (a worker passes half its lease). `retention`:
     seconds after which finished jobs are deleted (None: never), checked every `retention_interval`.
@@ -292,14 +300,17 @@ class Maintenance:
         retention: float | None,
         retention_interval: float,
         periodic_cap: float = 30.0,
+        settle_interval: float = SETTLE_INTERVAL,
         metrics: Metrics | None = None,
         stalled_after: float | None = None,
         tasks: Mapping[str, AnyTask] | None = None,
     ) -> None:
+        self._queue = queue
         self.rescuer = Rescuer(queue, metrics=metrics, stalled_after=stalled_after, tasks=tasks)
         self.periodic = PeriodicEnqueuer(queue, periodic)
         self.retention = None if retention is None else Retention(queue, retention)
         self._rescue_interval = rescue_interval
+        self._settle_interval = settle_interval
         self._retention_interval = retention_interval
         self._periodic_cap = periodic_cap
         self._has_periodic = bool(periodic)
@@ -310,6 +321,7 @@ class Maintenance:
         # Spread the workers' first runs a little, then keep each step on its own clock.
         due = {
             "rescue": now + random.random() * min(self._rescue_interval, 1.0),
+            "settle": now + random.random() * self._settle_interval,
             "periodic": now if self._has_periodic else float("inf"),
             "retention": now + random.random() * min(self._retention_interval, 10.0)
             if self.retention is not None else float("inf"),
@@ -351,6 +363,9 @@ class Maintenance:
         if step == "rescue":
             await self.rescuer.run_once()
             return self._rescue_interval * jitter
+        if step == "settle":
+            await self._queue._run(_ops.settle())
+            return self._settle_interval * jitter
         if step == "periodic":
             result = await self.periodic.run_once()
             return self.periodic.next_run_in(result.leader, self._periodic_cap)

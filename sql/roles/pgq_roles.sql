@@ -134,5 +134,7 @@ GRANT EXECUTE ON FUNCTION
     pgq.snooze(bigint[], uuid[], double precision[], jsonb[], text),
     pgq.snooze_skip(bigint[], uuid[], double precision[], jsonb[], boolean),
     pgq.rescue(integer),
-    pgq.error_set(bigint, uuid, text)
+    pgq.error_set(bigint, uuid, text),
+    -- What a finish could not see (revision 0012): children and waits committed after it.
+    pgq.settle(integer)
     TO {worker};

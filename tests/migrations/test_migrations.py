@@ -249,7 +249,7 @@ def test_every_table_column_view_function_and_type_has_a_comment(pgq_dsn: str) -
     uncommented += [("function", row[0]) for row in snapshot["functions"] if not row[3]]
     uncommented += [("type", row[0]) for row in snapshot["types"] if row[1] == "e" and not row[2]]
     assert tables == {"jobs", "key_watermarks", "concurrency_limits", "paused_queues", "rate_limits",
-                      "rate_limit_starts", "job_dependencies"}
+                      "rate_limit_starts", "job_dependencies", "awaited_jobs"}
     assert uncommented == []
     assert snapshot["schema"][0][1]
 
@@ -503,8 +503,10 @@ def test_0007_adds_dependencies_and_its_downgrade_refuses_while_jobs_wait(pgq_ds
 
 
 def test_0009_locks_cascades_up_front_and_its_downgrade_restores_0008s_trigger(pgq_dsn: str) -> None:
-    body = ("SELECT prosrc LIKE '%%pgq.cascade_locked%%', prosrc LIKE '%%WITH RECURSIVE%%' FROM pg_proc "
-            "WHERE pronamespace = 'pgq'::regnamespace AND proname = 'jobs_release_dependents'")
+    # The release's body: the trigger's until revision 0012, which moved it to pgq.release_children.
+    body = ("SELECT bool_or(prosrc LIKE '%%pgq.cascade_locked%%'), bool_or(prosrc LIKE '%%WITH RECURSIVE%%') "
+            "FROM pg_proc WHERE pronamespace = 'pgq'::regnamespace "
+            "AND proname IN ('jobs_release_dependents', 'release_children')")
     assert query(pgq_dsn, body) == [(True, True)]
 
     def cascade() -> list[tuple[Any, ...]]:
