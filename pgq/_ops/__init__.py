@@ -47,12 +47,14 @@ from .jobs import (
     claim,
     complete,
     enqueue,
+    enqueue_traced,
     error_set,
     fail,
     heartbeat,
     lease_check,
     rescue_expired,
     snooze,
+    trace_context_get,
 )
 from .leader import (
     LeaderRun,
@@ -89,6 +91,7 @@ __all__ = [
     "dependencies",
     "end_stalled_as_leader",
     "enqueue",
+    "enqueue_traced",
     "error_set",
     "fail",
     "get",
@@ -116,5 +119,6 @@ __all__ = [
     "set_rate_limit",
     "sever",
     "snooze",
+    "trace_context_get",
     "wait_mark",
 ]

@@ -11,7 +11,7 @@ import logging
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from ..errors import InvalidJob
 from ..models import Claim, Job, JobSpec, encode_json
@@ -95,11 +95,11 @@ def failure(job: Job, task: AnyTask | None, exc: BaseException) -> Failure:
     return Failure(clip(error), retry_in, final, summary)
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class Verdict(NamedTuple):
     """The acknowledgement an ended attempt calls for: `outcome` "succeeded" (complete with `result`
     and `follow_ups`), "snoozed" (snooze for `delay` seconds), or that of `failure` ("retry" or
-    "failed": fail, enqueueing `follow_ups` when it fails for good)."""
+    "failed": fail, enqueueing `follow_ups` when it fails for good). A NamedTuple: one is built per
+    attempt, and a frozen dataclass costs several times as much to build."""
 
     outcome: str
     result: Any = None

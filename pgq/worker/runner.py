@@ -22,11 +22,11 @@ from .. import _ops
 from ..client import AsyncQueue
 from ..context import JobContext, _current
 from ..errors import InvalidJob, one_line
-from ..models import Claim, Job
+from ..models import Claim, Job, JobSpec, TracedJobSpec
 from ..tasks import AnyTask
 from .acks import Acknowledger
-from .outcome import FINISH_LEVELS, HandlerTimeout, Rejected, clip, job_extra, verdict
-from .state import Running, WorkerState
+from .outcome import FINISH_LEVELS, HandlerTimeout, Rejected, Verdict, clip, job_extra, verdict
+from .state import ProcessSpan, ProcessTracer, Running, WorkerState
 from .threads import Threads, retrieve
 
 __all__ = ["UNKNOWN_KIND_BACKOFF", "UNKNOWN_KIND_ERROR", "Runner", "async_call", "sync_call", "unknown_kind_delay"]
@@ -47,8 +47,9 @@ class Runner:
     """Runs handlers for one run of a worker; `start` puts a claimed job in a free slot."""
 
     def __init__(self, state: WorkerState, tasks: Mapping[str, AnyTask], threads: Threads,
-                 acks: Acknowledger, queue: AsyncQueue) -> None:
+                 acks: Acknowledger, queue: AsyncQueue, tracer: ProcessTracer | None = None) -> None:
         self._state = state
+        self._tracer = tracer  # pgq.otel: every attempt runs in a consumer span
         self._tasks = tasks
         self._threads = threads
         self._acks = acks
@@ -64,6 +65,9 @@ class Runner:
         run = Running(claim, claimed_at, JobContext(claim, claimed_at, self._tasks))
         self._running[job.id] = run
         task = self._tasks.get(job.kind)
+        if self._tracer is not None:
+            run.task = asyncio.get_running_loop().create_task(self._execute_traced(run, self._tracer))
+            return
         if task is not None and not task.is_async and task.timeout is None:
             # A sync handler that needs no timeout: straight to a thread, its outcome handled by a
             # callback on the loop. No task or future per job, which for short handlers is a good
@@ -126,6 +130,13 @@ class Runner:
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("job %d %s attempt %d/%d: started", job.id, job.kind, job.attempts, job.max_attempts,
                          extra=job_extra(job, "job_start"))
+
+    async def _execute_traced(self, run: Running, tracer: ProcessTracer) -> None:
+        # The span is current in this task's context, which a sync handler's thread copies.
+        job = run.claim.job
+        with tracer.process(job, self._state.traces.pop(job.id, None)) as span:
+            run.span = span
+            await self._execute(run)
 
     async def _execute(self, run: Running) -> None:
         claim = run.claim
@@ -215,6 +226,8 @@ class Runner:
         if progress is not None:
             self._acks.progress(claim.id, progress)
         decided = verdict(claim, task, value, failed, run.context.follow_ups, self._tasks)
+        if run.span is not None:
+            decided = self._traced(run.span, decided, failed)
         if decided.failure is not None:
             self._acks.fail(claim, decided.failure.error, decided.failure.retry_in, decided.failure.final,
                             decided.follow_ups)
@@ -224,6 +237,16 @@ class Runner:
         else:
             self._acks.complete(claim, decided.result, decided.follow_ups)
         return decided.outcome, None
+
+    @staticmethod
+    def _traced(span: ProcessSpan, decided: Verdict, failed: BaseException | None) -> Verdict:
+        """Record a failure on the attempt's span; give its follow-up jobs the span's trace context."""
+        if decided.failure is not None:
+            span.failed(failed if failed is not None else Rejected(decided.failure.summary))
+        if not decided.follow_ups:
+            return decided
+        follow_ups: list[JobSpec] = [TracedJobSpec.traced(spec, span.trace_context) for spec in decided.follow_ups]
+        return decided._replace(follow_ups=follow_ups)
 
     def end_run(self, run: Running, outcome: str, error: str | None) -> None:
         """`run` left its slot with `outcome`: free the slot, log the finish."""
@@ -237,6 +260,8 @@ class Runner:
         if run.started:
             state.prefetch.job_ran(seconds)
         state.slot_freed()
+        if run.span is not None:
+            run.span.ended(outcome)
         self._log_finish(job, outcome, seconds, error)
         if state.stopping.is_set():
             state.run_ended.set()
