@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +18,7 @@ import pgq
 import pgq.otel
 from pgq.models import JobSpec
 
+from ..conftest import run_until
 from .otel_app import build, record, tracing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,22 +86,13 @@ def test_one_trace_runs_from_the_enqueue_through_the_job_to_its_follow_ups(pgq_d
         shipped = app.tasks["ship"].defer(order=7)  # type: ignore[call-arg]
     app.close()
     out = tmp_path / "spans.json"
-    proc = subprocess.Popen([sys.executable, "-m", "tests.otel.otel_app", pgq_dsn, str(out)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 30
+
+    def finished() -> bool:
         with psycopg.connect(pgq_dsn, autocommit=True) as conn:
-            while conn.execute("SELECT count(*) FROM pgq.jobs WHERE status IN ('succeeded', 'failed')").fetchone() \
-                    != (3,):
-                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate(timeout=10)
-                time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-        assert proc.returncode == 0, err
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+            return conn.execute("SELECT count(*) FROM pgq.jobs WHERE status IN ('succeeded', 'failed')").fetchone() \
+                == (3,)
+
+    run_until([sys.executable, "-m", "tests.otel.otel_app", pgq_dsn, str(out)], finished, 30, ROOT)
 
     spans = {s["name"]: s for s in [record(s) for s in exporter.get_finished_spans()] + json.loads(out.read_text())}
     assert sorted(spans) == ["POST /orders", "pgq enqueue audit", "pgq enqueue ship", "pgq process audit",

@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pgq.client", "pgq.waiting", "pgq.metrics", "pgq.retries"),
     ("pgq.tasks", "pgq.app"),
     ("pgq.worker", "pgq.testing", "pgq.otel"),
-    ("pgq.cli", "pgq.web"),
+    ("pgq.cli", "pgq.web", "pgq.contrib"),
     ("pgq", "pgq.__main__"),
 )
 
