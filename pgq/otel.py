@@ -117,7 +117,7 @@ class Tracing:
                         "messaging.operation.name": "process", "messaging.destination.name": job.queue,
                         "messaging.message.id": str(job.id), "pgq.job.attempt": job.attempts})
         with trace.use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
-            yield ProcessSpan(span, _context_of(span) or "{}")
+            yield ProcessSpan(span)
 
 
 class EnqueueSpan:
@@ -139,9 +139,14 @@ class EnqueueSpan:
 class ProcessSpan:
     """The consumer span of one attempt; `trace_context` is what its follow-up jobs store."""
 
-    def __init__(self, span: Span, trace_context: str) -> None:
+    def __init__(self, span: Span) -> None:
         self.span = span
-        self.trace_context = trace_context
+
+    @property
+    def trace_context(self) -> str:
+        """The span's W3C trace context as JSON object text, computed when asked for (only an
+        attempt with follow-up jobs needs it)."""
+        return _context_of(self.span) or "{}"
 
     def failed(self, error: BaseException) -> None:
         """Record the attempt's failure."""

@@ -35,7 +35,9 @@ class ProcessSpan(Protocol):
     its W3C trace context (a JSON object's text), stored with the follow-up jobs the attempt
     enqueues."""
 
-    trace_context: str
+    @property
+    def trace_context(self) -> str:
+        """The span's trace context (a JSON object's text)."""
 
     def failed(self, error: BaseException) -> None:
         """The attempt failed with `error` (recorded on the span)."""
