@@ -99,6 +99,7 @@ class App:
             weakref.WeakKeyDictionary()
         )
         self._owned_async: set[AsyncQueue] = set()
+        self._otel: Any = None  # a pgq.otel.Tracing once pgq.otel.instrument(app) ran; read by its queues and workers
 
     # -- configuration ---------------------------------------------------------------------------
 
@@ -331,6 +332,14 @@ class App:
         future: asyncio.Future[AsyncQueue] = loop.create_future()
         future.set_result(queue)
         self._async_queues[loop] = future
+
+    def _queues_made(self) -> list[Queue | AsyncQueue]:
+        """The queues the App made or was lent so far (its sync queue, and its AsyncQueue per loop)."""
+        made: list[Queue | AsyncQueue] = [] if self._queue is None else [self._queue]
+        for future in list(self._async_queues.values()):
+            if future.done() and not future.cancelled() and future.exception() is None:
+                made.append(future.result())
+        return made
 
     def close(self) -> None:
         """Close the synchronous queue if the App created it. Idempotent."""

@@ -304,6 +304,29 @@ class JobSpec:
  _SET_SPEC_ON_PARENT_FAILURE, _SET_SPEC_PAYLOAD_JSON) = _slot_setters(JobSpec).values()
 
 
+@dataclass(frozen=True, slots=True, init=False)
+class TracedJobSpec(JobSpec):
+    """A JobSpec with the W3C trace context (a JSON object's text) of the span that enqueues it: the
+    follow-up jobs of an instrumented worker (pgq.otel), whose acknowledgement stores the context
+    with each job it inserts. Built with `traced`."""
+
+    trace_context: str = field(default="", compare=False)
+
+    @classmethod
+    def traced(cls, spec: JobSpec, trace_context: str) -> TracedJobSpec:
+        """`spec` (already validated), carrying `trace_context`."""
+        copy = object.__new__(cls)
+        for setter, value in zip(_SPEC_SETTERS, (getattr(spec, name) for name in _SPEC_FIELDS), strict=True):
+            setter(copy, value)
+        _SET_TRACE_CONTEXT(copy, trace_context)
+        return copy
+
+
+_SPEC_FIELDS = tuple(_slot_setters(JobSpec))
+_SPEC_SETTERS = tuple(_slot_setters(JobSpec).values())
+_SET_TRACE_CONTEXT = _slot_setters(TracedJobSpec)["trace_context"]
+
+
 def _check_priority(priority: object) -> None:
     """Raise InvalidJob unless `priority` is an int (not a bool) within smallint."""
     if isinstance(priority, bool) or not isinstance(priority, int):

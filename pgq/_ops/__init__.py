@@ -47,12 +47,14 @@ from .jobs import (
     claim,
     complete,
     enqueue,
+    enqueue_traced,
     error_set,
     fail,
     heartbeat,
     lease_check,
     rescue_expired,
     snooze,
+    trace_context_get,
 )
 from .leader import (
     LeaderRun,
@@ -90,6 +92,7 @@ __all__ = [
     "dependencies",
     "end_stalled_as_leader",
     "enqueue",
+    "enqueue_traced",
     "error_set",
     "fail",
     "get",
@@ -118,5 +121,6 @@ __all__ = [
     "settle",
     "sever",
     "snooze",
+    "trace_context_get",
     "wait_mark",
 ]

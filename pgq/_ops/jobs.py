@@ -16,6 +16,7 @@ from ..models import (
     Job,
     JobSpec,
     JobStatus,
+    TracedJobSpec,
     claims_from_tuples,
     encode_json,
     positive_seconds,
@@ -48,6 +49,42 @@ def enqueue(specs: Sequence[JobSpec]) -> Operation[list[int]]:
         return (yield from _enqueue_steps(specs))
 
     return Operation("job_enqueue", steps, retry_safe=all(s.dedupe_key is not None for s in specs))
+
+
+def enqueue_traced(specs: Sequence[JobSpec], contexts: Sequence[str | None]) -> Operation[list[int]]:
+    """`enqueue`, then the W3C trace context of each new job stored with it in the same transaction
+    (pgq.otel): `contexts` holds one JSON object text (or None) per spec. A deduplicated spec that
+    returned an older job's id leaves that job's context alone (pgq.trace_context_set). Without any
+    context (a tracer that records nothing) it is `enqueue` itself."""
+    inner = enqueue(specs)
+    if all(c is None for c in contexts):
+        return inner
+
+    def steps() -> Steps[list[int]]:
+        ids = yield from inner.steps()
+        yield from _trace_context_set(ids, list(contexts))
+        return ids
+
+    return Operation("job_enqueue", steps, transaction=True)
+
+
+def _trace_context_set(ids: list[int], contexts: list[str | None]) -> Steps[None]:
+    if any(c is not None for c in contexts):
+        yield Stmt("job_trace_context_set", {"ids": ids, "contexts": contexts}, fetch="none")
+
+
+def trace_context_get(ids: Sequence[int]) -> Operation[dict[int, str]]:
+    """The stored trace contexts (JSON object text) of jobs `ids`: {id: context} for those that have
+    one."""
+    wanted = list(ids)
+
+    def steps() -> Steps[dict[int, str]]:
+        if not wanted:
+            return {}
+        rows = yield Stmt("job_trace_context_get", {"ids": wanted}, fetch="tuples")
+        return {row[0]: row[1] for row in rows}
+
+    return Operation("job_trace_context_get", steps, retry_safe=True)
 
 
 def _enqueue_steps(specs: Sequence[JobSpec]) -> Steps[list[int]]:
@@ -259,7 +296,10 @@ def _enqueue_follow_ups(wanted: Mapping[int, Sequence[JobSpec]], ended: Iterable
     """Enqueue the follow-up jobs of the attempts `ended` (in the acknowledgement's transaction)."""
     specs = [spec for i in sorted(ended) for spec in wanted.get(i, ())]
     if specs:
-        yield from enqueue(specs).steps()
+        ids = yield from enqueue(specs).steps()
+        # A traced worker's follow-ups carry the context of the job that enqueued them (pgq.otel).
+        contexts = [spec.trace_context if isinstance(spec, TracedJobSpec) else None for spec in specs]
+        yield from _trace_context_set(ids, contexts)
 
 
 def fail(

@@ -25,6 +25,7 @@ from ..models import FINISHED, JSON, Claim, Dependencies, Job, JobSpec, JobStatu
 from .common import DEFAULT_LEASE as DEFAULT_LEASE
 from .common import (
     AsyncWakeup,
+    EnqueueTracer,
     SpareFlag,
     SpecLike,
     T,
@@ -85,6 +86,9 @@ class AsyncQueue:
         app: TaskRegistry | None = None,
     ) -> None:
         self._app = app
+        # pgq.otel.instrument(app or queue) sets it: every enqueue opens a producer span and stores its
+        # trace context with the jobs. None (the default) costs one attribute read per enqueue.
+        self._otel: EnqueueTracer | None = getattr(app, "_otel", None)
         self._io_timeout = None if io_timeout is None else positive_seconds("io_timeout", io_timeout)
         if isinstance(dsn_or_pool, AsyncConnectionPool):
             if pgbouncer:
@@ -260,9 +264,22 @@ class AsyncQueue:
     async def _enqueue(self, specs: builtins.list[JobSpec],
                        conn: psycopg.AsyncConnection[Any] | None) -> builtins.list[int]:
         try:
-            return await self._run(_ops.enqueue(specs), conn)
+            if self._otel is None:
+                return await self._run(_ops.enqueue(specs), conn)
+            return await self._enqueue_traced(self._otel, specs, conn)
         except psycopg.errors.ForeignKeyViolation as exc:  # pgq.enqueue_after: no such parent
             raise InvalidJob(exc.diag.message_primary or str(exc)) from None
+
+    async def _enqueue_traced(self, tracer: EnqueueTracer, specs: builtins.list[JobSpec],
+                              conn: psycopg.AsyncConnection[Any] | None) -> builtins.list[int]:
+        span = tracer.enqueue_started(specs)
+        try:
+            ids = await self._run(_ops.enqueue_traced(specs, span.contexts), conn)
+        except BaseException as exc:
+            span.end(None, exc)
+            raise
+        span.end(ids, None)
+        return ids
 
     async def claim(
         self,

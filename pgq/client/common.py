@@ -9,7 +9,7 @@ import contextlib
 import datetime as dt
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import psycopg
@@ -260,6 +260,23 @@ class TaskOptions(Protocol):
     @property
     def max_attempts(self) -> int | None:
         """The task's max_attempts (None: the database default)."""
+
+
+class EnqueueSpan(Protocol):
+    """An enqueue being traced (pgq.otel): `contexts` holds the trace context to store with each job
+    (a JSON object's text, or None), `end` closes the span with the ids or the error."""
+
+    contexts: list[str | None]
+
+    def end(self, ids: list[int] | None, error: BaseException | None) -> None:
+        """Close the span: the enqueue returned `ids`, or raised `error`."""
+
+
+class EnqueueTracer(Protocol):
+    """What an instrumented queue calls around each enqueue (pgq.otel.instrument sets one)."""
+
+    def enqueue_started(self, specs: Sequence[JobSpec]) -> EnqueueSpan:
+        """Open the producer span of an enqueue of `specs` (not made current)."""
 
 
 class TaskRegistry(Protocol):

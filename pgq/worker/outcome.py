@@ -6,14 +6,17 @@ retry policy; the worker sends it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
-from ..models import Job
-from ..retries import PermanentFailure
-from ..tasks import AnyTask
+from ..errors import InvalidJob
+from ..models import Claim, Job, JobSpec, encode_json
+from ..retries import PermanentFailure, Snooze
+from ..tasks import AnyTask, follow_up_spec
 
 __all__ = [
     "FINISH_LEVELS",
@@ -21,9 +24,11 @@ __all__ = [
     "Failure",
     "HandlerTimeout",
     "Rejected",
+    "Verdict",
     "clip",
     "failure",
     "job_extra",
+    "verdict",
 ]
 
 logger = logging.getLogger("pgq.worker")
@@ -88,6 +93,54 @@ def failure(job: Job, task: AnyTask | None, exc: BaseException) -> Failure:
                 retry_in = max(float(answer), 0.0)
     final = final or job.attempts >= job.max_attempts
     return Failure(clip(error), retry_in, final, summary)
+
+
+class Verdict(NamedTuple):
+    """The acknowledgement an ended attempt calls for: `outcome` "succeeded" (complete with `result`
+    and `follow_ups`), "snoozed" (snooze for `delay` seconds), or that of `failure` ("retry" or
+    "failed": fail, enqueueing `follow_ups` when it fails for good). A NamedTuple: one is built per
+    attempt, and a frozen dataclass costs several times as much to build."""
+
+    outcome: str
+    result: Any = None
+    follow_ups: list[JobSpec] | None = None
+    delay: float = 0.0
+    failure: Failure | None = None
+
+
+def verdict(claim: Claim, task: AnyTask | None, value: Any, failed: BaseException | None,
+            follow_ups: list[JobSpec] | None, tasks: Mapping[str, object]) -> Verdict:
+    """Decide how to acknowledge the attempt `claim` of a job run by `task` that returned `value` or
+    raised `failed`, `follow_ups` being the jobs its handler asked for (`pgq.after_success`) and
+    `tasks` the tasks by name that follow-ups named by kind take their defaults from. No I/O: the
+    worker's runner and `pgq.testing.drain` send what it says. A result that cannot be stored, or a
+    task's `on_success` job that cannot be built, turns a success into a rejection."""
+    if failed is None and isinstance(value, Snooze):
+        failed = value
+    if failed is None and value is not None:
+        try:
+            encode_json("result", value, None)
+        except InvalidJob as exc:
+            assert task is not None
+            failed = Rejected(f"task {task.name!r} returned a value that cannot be stored as its result: {exc}")
+    if failed is None and task is not None and task.on_success is not None:
+        try:
+            follow_ups = [*(follow_ups or ()), follow_up_spec(
+                task.on_success, {"job_id": claim.id, "result": value}, {}, tasks)]
+        except InvalidJob as exc:
+            failed = Rejected(f"task {task.name!r}: its on_success job cannot be enqueued: {exc}")
+    if failed is None:
+        return Verdict("succeeded", result=value, follow_ups=follow_ups)
+    if isinstance(failed, Snooze):
+        return Verdict("snoozed", delay=failed.delay)
+    if isinstance(failed, asyncio.CancelledError):  # from the handler, not a cancellation of the worker's
+        failed = RuntimeError("the handler raised CancelledError")
+    ack = failure(claim.job, task, failed)
+    on_failure = None
+    if ack.final and task is not None and task.on_failure is not None:
+        error = clip(ack.summary, 2000).replace("\x00", "\\0")
+        on_failure = [follow_up_spec(task.on_failure, {"job_id": claim.id, "error": error}, {}, tasks)]
+    return Verdict(ack.outcome, follow_ups=on_failure, failure=ack)
 
 
 def job_extra(job: Job, event: str) -> dict[str, Any]:

@@ -51,11 +51,13 @@ def db_trouble(what: str, failures: int, exc: BaseException | None) -> float:
 class Producer:
     """The claiming side of one run of a worker. `run()` as a task; `on_notify` and `on_listen` are
     the LISTEN connection's callbacks. `fatal` is called with the error that makes claiming
-    pointless (schema missing, no right to claim)."""
+    pointless (schema missing, no right to claim). `traced`: the App is instrumented (pgq.otel), so
+    each claim also reads its jobs' stored trace contexts."""
 
     def __init__(self, state: WorkerState, queue: AsyncQueue, acks: Acknowledger, tasks: Mapping[str, AnyTask],
-                 fatal: Callable[[BaseException], None]) -> None:
+                 fatal: Callable[[BaseException], None], *, traced: bool = False) -> None:
         cfg = state.config
+        self._traced = traced  # pgq.otel: read the trace contexts of claimed jobs
         self._state = state
         self._queue = queue
         self._acks = acks
@@ -189,6 +191,8 @@ class Producer:
             state.prefetch.claim_landed(len(claims), _ops.jsonb_bytes_decoded() - decoded)
         if state.stopping.is_set():  # claimed while shutting down: hand them straight back
             return self._hand_back(claims)
+        if self._traced and claims:
+            await self._read_traces(claims)
         now = time.monotonic()
         inflight, held = state.inflight, state.held
         for claim in claims:
@@ -199,6 +203,16 @@ class Producer:
         if len(claims) < limit and generation == state.ready_gen:
             # Nothing more is ready (unless a NOTIFY or a timer came meanwhile: the generation says).
             await self._sleep_until_due(now, found_any=bool(claims))
+
+    async def _read_traces(self, claims: list[Claim]) -> None:
+        """Read the stored trace contexts of `claims` (an instrumented worker: pgq.otel) for their
+        consumer spans. Tracing never holds a job up: on an error the jobs run with root spans."""
+        try:
+            found = await self._queue._run(_ops.trace_context_get([c.id for c in claims]))
+            self._state.traces.update(found)
+        except Exception as exc:
+            logger.warning("could not read the trace contexts of %d claimed jobs (%s); their spans start new "
+                           "traces", len(claims), one_line(exc), extra={"event": "trace_context_error"})
 
     def _hand_back(self, claims: list[Claim]) -> None:
         for claim in claims:

@@ -22,15 +22,14 @@ from .. import _ops
 from ..client import AsyncQueue
 from ..context import JobContext, _current
 from ..errors import InvalidJob, one_line
-from ..models import Claim, Job, encode_json
-from ..retries import Snooze
-from ..tasks import AnyTask, follow_up_spec
+from ..models import Claim, Job, JobSpec, TracedJobSpec
+from ..tasks import AnyTask
 from .acks import Acknowledger
-from .outcome import FINISH_LEVELS, HandlerTimeout, Rejected, clip, failure, job_extra
-from .state import Running, WorkerState
+from .outcome import FINISH_LEVELS, HandlerTimeout, Rejected, Verdict, clip, job_extra, verdict
+from .state import ProcessSpan, ProcessTracer, Running, WorkerState
 from .threads import Threads, retrieve
 
-__all__ = ["UNKNOWN_KIND_BACKOFF", "UNKNOWN_KIND_ERROR", "Runner", "unknown_kind_delay"]
+__all__ = ["UNKNOWN_KIND_BACKOFF", "UNKNOWN_KIND_ERROR", "Runner", "async_call", "sync_call", "unknown_kind_delay"]
 
 logger = logging.getLogger("pgq.worker")
 
@@ -48,8 +47,9 @@ class Runner:
     """Runs handlers for one run of a worker; `start` puts a claimed job in a free slot."""
 
     def __init__(self, state: WorkerState, tasks: Mapping[str, AnyTask], threads: Threads,
-                 acks: Acknowledger, queue: AsyncQueue) -> None:
+                 acks: Acknowledger, queue: AsyncQueue, tracer: ProcessTracer | None = None) -> None:
         self._state = state
+        self._tracer = tracer  # pgq.otel: every attempt runs in a consumer span
         self._tasks = tasks
         self._threads = threads
         self._acks = acks
@@ -65,6 +65,9 @@ class Runner:
         run = Running(claim, claimed_at, JobContext(claim, claimed_at, self._tasks))
         self._running[job.id] = run
         task = self._tasks.get(job.kind)
+        if self._tracer is not None:
+            run.task = asyncio.get_running_loop().create_task(self._execute_traced(run, self._tracer))
+            return
         if task is not None and not task.is_async and task.timeout is None:
             # A sync handler that needs no timeout: straight to a thread, its outcome handled by a
             # callback on the loop. No task or future per job, which for short handlers is a good
@@ -127,6 +130,13 @@ class Runner:
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("job %d %s attempt %d/%d: started", job.id, job.kind, job.attempts, job.max_attempts,
                          extra=job_extra(job, "job_start"))
+
+    async def _execute_traced(self, run: Running, tracer: ProcessTracer) -> None:
+        # The span is current in this task's context, which a sync handler's thread copies.
+        job = run.claim.job
+        with tracer.process(job, self._state.traces.pop(job.id, None)) as span:
+            run.span = span
+            await self._execute(run)
 
     async def _execute(self, run: Running) -> None:
         claim = run.claim
@@ -215,36 +225,28 @@ class Runner:
         progress = run.context.unsent_progress()
         if progress is not None:
             self._acks.progress(claim.id, progress)
-        if failed is None and isinstance(value, Snooze):
-            failed = value
-        if failed is None and value is not None:
-            try:
-                encode_json("result", value, None)
-            except InvalidJob as exc:
-                assert task is not None
-                failed = Rejected(f"task {task.name!r} returned a value that cannot be stored as its result: {exc}")
-        follow_ups = run.context.follow_ups
-        if failed is None and task is not None and task.on_success is not None:
-            try:
-                follow_ups = [*(follow_ups or ()), follow_up_spec(
-                    task.on_success, {"job_id": claim.id, "result": value}, {}, self._tasks)]
-            except InvalidJob as exc:
-                failed = Rejected(f"task {task.name!r}: its on_success job cannot be enqueued: {exc}")
-        if failed is None:
-            self._acks.complete(claim, value, follow_ups)
-            return "succeeded", None
-        if isinstance(failed, Snooze):
-            self._acks.snooze(claim, failed.delay)
-            return "snoozed", None
-        if isinstance(failed, asyncio.CancelledError):  # from the handler, not a cancellation of ours
-            failed = RuntimeError("the handler raised CancelledError")
-        ack = failure(claim.job, task, failed)
-        on_failure = None
-        if ack.final and task is not None and task.on_failure is not None:
-            error = clip(ack.summary, 2000).replace("\x00", "\\0")
-            on_failure = [follow_up_spec(task.on_failure, {"job_id": claim.id, "error": error}, {}, self._tasks)]
-        self._acks.fail(claim, ack.error, ack.retry_in, ack.final, on_failure)
-        return ack.outcome, ack.summary
+        decided = verdict(claim, task, value, failed, run.context.follow_ups, self._tasks)
+        if run.span is not None:
+            decided = self._traced(run.span, decided, failed)
+        if decided.failure is not None:
+            self._acks.fail(claim, decided.failure.error, decided.failure.retry_in, decided.failure.final,
+                            decided.follow_ups)
+            return decided.outcome, decided.failure.summary
+        if decided.outcome == "snoozed":
+            self._acks.snooze(claim, decided.delay)
+        else:
+            self._acks.complete(claim, decided.result, decided.follow_ups)
+        return decided.outcome, None
+
+    @staticmethod
+    def _traced(span: ProcessSpan, decided: Verdict, failed: BaseException | None) -> Verdict:
+        """Record a failure on the attempt's span; give its follow-up jobs the span's trace context."""
+        if decided.failure is not None:
+            span.failed(failed if failed is not None else Rejected(decided.failure.summary))
+        if not decided.follow_ups:
+            return decided
+        follow_ups: list[JobSpec] = [TracedJobSpec.traced(spec, span.trace_context) for spec in decided.follow_ups]
+        return decided._replace(follow_ups=follow_ups)
 
     def end_run(self, run: Running, outcome: str, error: str | None) -> None:
         """`run` left its slot with `outcome`: free the slot, log the finish."""
@@ -258,6 +260,8 @@ class Runner:
         if run.started:
             state.prefetch.job_ran(seconds)
         state.slot_freed()
+        if run.span is not None:
+            run.span.ended(outcome)
         self._log_finish(job, outcome, seconds, error)
         if state.stopping.is_set():
             state.run_ended.set()
@@ -270,19 +274,7 @@ class Runner:
                 self._abandon(run, future)
                 raise HandlerTimeout(task.timeout)
             return future.result()
-        token = _current.set(run.context)
-        try:
-            if task.timeout is None:
-                return await task.func(**kwargs)
-            try:
-                async with asyncio.timeout(task.timeout) as scope:
-                    return await task.func(**kwargs)
-            except TimeoutError:
-                if scope.expired():
-                    raise HandlerTimeout(task.timeout) from None
-                raise
-        finally:
-            _current.reset(token)
+        return await async_call(task, kwargs, run.context)
 
     def _abandon(self, run: Running, future: asyncio.Future[Any]) -> None:
         # A sync handler cannot be interrupted: its thread runs on, so its slot stays taken until it
@@ -328,6 +320,24 @@ def unknown_kind_delay(rounds: dict[str, tuple[float, float]], kind: str, now: f
         delay, since = min(delay * 2, high), now
     rounds[kind] = (delay, since)
     return delay
+
+
+async def async_call(task: AnyTask, kwargs: dict[str, Any], job_context: JobContext) -> Any:
+    """Await an async handler with `current_job()` (and `cancel_requested()`, `set_progress()`) this
+    run's; past the task's timeout it is cancelled and HandlerTimeout raised."""
+    token = _current.set(job_context)
+    try:
+        if task.timeout is None:
+            return await task.func(**kwargs)
+        try:
+            async with asyncio.timeout(task.timeout) as scope:
+                return await task.func(**kwargs)
+        except TimeoutError:
+            if scope.expired():
+                raise HandlerTimeout(task.timeout) from None
+            raise
+    finally:
+        _current.reset(token)
 
 
 def sync_call(task: AnyTask, kwargs: dict[str, Any], job_context: JobContext) -> Callable[[], Any]:

@@ -12,8 +12,9 @@ import asyncio
 import collections
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..context import JobContext
 from ..models import Claim, Job
@@ -23,10 +24,34 @@ from .prefetch import Prefetch
 if TYPE_CHECKING:
     from ..metrics import Metrics
 
-__all__ = ["COUNTERS", "Running", "WorkerState"]
+__all__ = ["COUNTERS", "ProcessSpan", "ProcessTracer", "Running", "WorkerState"]
 
 COUNTERS = ("claimed", "succeeded", "retried", "failed", "snoozed", "released", "lost", "cancelled")
 """The worker's counters (`Worker.stats`)."""
+
+
+class ProcessSpan(Protocol):
+    """The consumer span of one attempt (pgq.otel), current while its handler runs. `trace_context`:
+    its W3C trace context (a JSON object's text), stored with the follow-up jobs the attempt
+    enqueues."""
+
+    @property
+    def trace_context(self) -> str:
+        """The span's trace context (a JSON object's text)."""
+
+    def failed(self, error: BaseException) -> None:
+        """The attempt failed with `error` (recorded on the span)."""
+
+    def ended(self, outcome: str) -> None:
+        """The attempt left its slot with `outcome` ("succeeded", "retry", "failed", ...)."""
+
+
+class ProcessTracer(Protocol):
+    """What an instrumented worker calls around each attempt (pgq.otel.instrument sets one)."""
+
+    def process(self, job: Job, trace_context: str | None) -> AbstractContextManager[ProcessSpan]:
+        """The consumer span of `job`'s attempt, child of the stored `trace_context` (None: a root
+        span); current inside the `with`, ended on leaving it."""
 
 
 @dataclass(slots=True, eq=False)
@@ -41,6 +66,7 @@ class Running:
     released: bool = False  # handed back to the queue at shutdown while it ran
     interrupted: str | None = None  # why the worker stopped it ("cancelled", "lease lost"): no outcome is sent
     started: float = 0.0  # monotonic, when its handler was started
+    span: ProcessSpan | None = None  # its consumer span, when the App is instrumented (pgq.otel)
 
 
 class WorkerState:
@@ -68,6 +94,7 @@ class WorkerState:
         self.held: collections.deque[tuple[Claim, float]] = collections.deque()  # prefetched, not started
         self.abandoned = 0  # sync handlers abandoned after a timeout, still holding their thread
         self.prefetch = Prefetch(config.concurrency, config.prefetch)
+        self.traces: dict[int, str] = {}  # job id -> its stored trace context, read after the claim (pgq.otel)
 
     def count(self, event: str, job: Job) -> None:
         """Count `event` (one of COUNTERS) for `job`, in the stats and the metrics."""

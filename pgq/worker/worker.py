@@ -34,7 +34,7 @@ from .maintenance import Maintenance
 from .producer import Producer
 from .runner import Runner
 from .shutdown import shut_down
-from .state import COUNTERS, WorkerState
+from .state import COUNTERS, ProcessTracer, WorkerState
 from .threads import Threads
 
 __all__ = ["Worker", "queue_warnings"]
@@ -152,9 +152,10 @@ class Worker:
         threads = Threads(loop, cfg.concurrency, f"pgq-{cfg.claimed_by}")
         state = self._begin(loop)
         acks = Acknowledger(state, queue)
-        runner = Runner(state, self.app.tasks, threads, acks, queue)
+        tracer: ProcessTracer | None = getattr(self.app, "_otel", None)  # pgq.otel.instrument(app)
+        runner = Runner(state, self.app.tasks, threads, acks, queue, tracer)
         state.start = runner.start
-        producer = Producer(state, queue, acks, self.app.tasks, self._fail_fatally)
+        producer = Producer(state, queue, acks, self.app.tasks, self._fail_fatally, traced=tracer is not None)
         await pool.open()
         self.app._bind_async_queue(loop, queue)
         installed = self._install_signals(loop, force=handle_signals is True) if handle_signals is not False else []

@@ -91,7 +91,10 @@ GRANT EXECUTE ON FUNCTION
     pgq.enqueue_after(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], integer[], boolean[],
                       integer[], bigint[]),
     -- Waiting for a job's outcome (Queue.wait) marks it awaited, so that finishing it notifies.
-    pgq.mark_awaited(bigint)
+    pgq.mark_awaited(bigint),
+    -- An instrumented client stores the trace context of the jobs it just enqueued (pgq.otel,
+    -- revision 0015); only rows its own transaction inserted, and only once.
+    pgq.trace_context_set(bigint[], jsonb[])
     TO {producer};
 
 -- A single job without a dedupe key is one plain INSERT (sql/job_insert_one.sql): the columns of a

@@ -41,7 +41,7 @@ MODULE_LINE = re.compile(r"#\s*([A-Za-z_][\w/]*)\.py\s*$")
 
 # (page, reason) of each block marked not-run: a new marker must be added here, visibly.
 NOT_RUN = [
-    ("docs/integrations.md", "Django is not installed in the dev extras (an 8 MB wheel)"),
+    ("docs/integrations.md", "needs a Django project with an Order model; docs/django.md runs in one"),
     ("docs/operations.md", "needs a PgBouncer at pgbouncer:6432; tests/pgbouncer runs these settings"),
 ]
 
@@ -103,6 +103,7 @@ def reader_code(dsn: str) -> dict[str, dict[str, Any]]:
             "deliveries": types.SimpleNamespace(is_stamped=lambda export_id: False, stamp=lambda export_id: None),
         },
         "docs/integrations.md": {"dsn": as_url(dsn)},
+        "docs/tracing.md": {"dsn": dsn},
     }
 
 
@@ -215,6 +216,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, pgq_dsn: str) -> Iterator[None]:
 @pytest.mark.usefixtures("clean_env")
 def test_page_code_blocks_run(page: str, pgq_dsn: str, request: pytest.FixtureRequest,
                               monkeypatch: pytest.MonkeyPatch) -> None:
+    if page == "docs/django.md":  # its blocks run in the Django project of tests/djangotasks
+        request.getfixturevalue("django_dsn")
     seed = reader_code(pgq_dsn).get(page, {})
     for name, names in seed.items():
         if "." in name:

@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
+import pgq
 from pgq import migrate
 from pgq._sql import schema_file
 from pgq.errors import NotMigrated
@@ -587,3 +588,21 @@ def test_servers_older_than_postgresql_14_are_refused_naming_their_version() -> 
         migrate.check_server_version(130016)
     migrate.check_server_version(140000)
     migrate.check_server_version(180006)
+
+
+def test_0015_adds_the_trace_context_and_its_downgrade_removes_it(pgq_dsn: str) -> None:
+    column = ("SELECT format_type(atttypid, atttypmod), attnotnull FROM pg_attribute "
+              "WHERE attrelid = 'pgq.jobs'::regclass AND attname = 'trace_context' AND NOT attisdropped")
+    setter = ("SELECT prosecdef, proconfig, has_function_privilege('public', oid, 'EXECUTE') FROM pg_proc "
+              "WHERE pronamespace = 'pgq'::regnamespace AND proname = 'trace_context_set'")
+    assert query(pgq_dsn, column) == [("jsonb", False)]
+    assert query(pgq_dsn, setter) == [(True, ["search_path=pg_catalog, pg_temp"], False)]
+    with pgq.Queue(pgq_dsn) as queue:
+        queue.enqueue("k")
+
+    migrate.downgrade(pgq_dsn, "0012")
+
+    assert query(pgq_dsn, column) == [] and query(pgq_dsn, setter) == []
+    assert query(pgq_dsn, "SELECT count(*) FROM pgq.jobs") == [(1,)]  # the jobs stay
+    migrate.upgrade(pgq_dsn)
+    assert query(pgq_dsn, column) == [("jsonb", False)] and len(query(pgq_dsn, setter)) == 1

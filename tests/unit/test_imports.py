@@ -12,7 +12,7 @@ def test_import_pgq_leaves_the_worker_unloaded_until_it_is_used() -> None:
     code = (
         "import sys, pgq\n"
         "heavy = ('pgq.worker', 'pgq.metrics', 'pgq.worker.maintenance', 'pgq.listener', 'http.server', 'alembic',\n"
-        "         'tenacity')\n"
+        "         'tenacity', 'opentelemetry', 'django', 'pgq.otel', 'pgq.contrib')\n"
         "print(sorted(m for m in heavy if m in sys.modules))\n"
         "assert pgq.Worker.__module__ == 'pgq.worker.worker' and pgq.WorkerConfig().concurrency >= 1\n"
         "print('pgq.worker' in sys.modules)\n"
@@ -37,3 +37,14 @@ def test_a_worker_without_a_metrics_port_does_not_load_http_server() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out == ["False", "True True"]
+
+
+def test_a_worker_and_the_cli_never_load_opentelemetry_or_django() -> None:
+    # Tracing and the Django backend are optional extras: only importing pgq.otel or
+    # pgq.contrib.django loads them.
+    code = (
+        "import sys, pgq, pgq.worker, pgq.cli, pgq.testing\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'opentelemetry', 'django', 'django_tasks'}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["[]"]

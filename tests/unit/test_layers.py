@@ -21,8 +21,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pgq._ops", "pgq.cron", "pgq.context", "pgq.migrate", "pgq.roles", "pgq.embedded", "pgq.listener"),
     ("pgq.client", "pgq.waiting", "pgq.metrics", "pgq.retries"),
     ("pgq.tasks", "pgq.app"),
-    ("pgq.worker", "pgq.testing"),
-    ("pgq.cli", "pgq.web"),
+    ("pgq.worker", "pgq.testing", "pgq.otel"),
+    ("pgq.cli", "pgq.web", "pgq.contrib"),
     ("pgq", "pgq.__main__"),
 )
 

@@ -1,0 +1,231 @@
+"""`PgqBackend`: Django's task API on pgq's jobs table, and the worker side of it."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable, Iterable, Mapping
+from inspect import iscoroutinefunction
+from typing import Any
+
+import psycopg
+from asgiref.sync import async_to_sync
+from django.apps import apps as django_apps
+from django.core.exceptions import ImproperlyConfigured
+from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections
+from django.utils.module_loading import import_string
+from django_tasks.backends.base import BaseTaskBackend
+from django_tasks.base import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, Task, TaskContext, TaskError, TaskResult
+from django_tasks.base import TaskResultStatus as Status
+from django_tasks.exceptions import TaskResultDoesNotExist
+from django_tasks.signals import task_enqueued
+from django_tasks.utils import normalize_json
+from psycopg.conninfo import make_conninfo
+from psycopg.types.json import JsonbBinaryLoader, JsonbLoader
+
+from ... import _ops
+from ...app import App
+from ...context import current_job, set_progress
+from ...models import Job, JobSpec, JobStatus
+
+__all__ = ["OPTIONS", "STATUSES", "PgqBackend"]
+
+OPTIONS = ("DATABASE", "DSN", "MAX_ATTEMPTS", "MODULES")
+"""The keys `OPTIONS` may hold (see `PgqBackend`)."""
+
+STATUSES: Mapping[JobStatus, Any] = {
+    JobStatus.WAITING: Status.READY, JobStatus.QUEUED: Status.READY, JobStatus.RUNNING: Status.RUNNING,
+    JobStatus.SUCCEEDED: Status.SUCCESSFUL, JobStatus.FAILED: Status.FAILED, JobStatus.CANCELLED: Status.FAILED,
+}
+"""The Django result status of each pgq job status."""
+
+ERROR_CLASS_KEY = "django_exception_class"
+"""The key of the job's progress under which a failed attempt records its exception's class path
+(pgq's last_error holds the message and traceback only)."""
+
+
+class PgqBackend(BaseTaskBackend):
+    """A Django tasks backend whose tasks are pgq jobs.
+
+    `OPTIONS`: ``DATABASE``, the Django database alias whose connection enqueues and reads (default
+    "default"; PostgreSQL through psycopg 3, with pgq's schema: `manage.py pgq_migrate`); ``DSN``, the
+    libpq DSN of workers and the dashboard (default: that database's connection settings);
+    ``MAX_ATTEMPTS``, attempts per job (default 1: Django's tasks do not retry; more lets pgq retry
+    with its backoff); ``MODULES``, modules defining tasks beyond each installed app's `tasks` module,
+    which the worker imports. `QUEUES` as Django's: the queues tasks may name (empty: any), which
+    `pgq_worker` serves by default.
+
+    The mapping: a task's job kind is its `module_path`, its payload ``{"args": [...], "kwargs":
+    {...}}``, its queue `queue_name`; Django's `priority` (higher first, -100..100) is pgq's with the
+    sign turned (lower first); `run_after` is the job's run_at; the result id is the job id. A result's
+    status is READY for queued and waiting jobs, RUNNING, SUCCESSFUL, or FAILED for failed and
+    cancelled ones; `return_value` is the job's result; `enqueued_at`, `started_at`, `finished_at`
+    come from the database clock (`last_attempted_at` is the last attempt's start). What does not map:
+    `errors` holds the last attempt's error only (pgq keeps one), `worker_ids` repeats the last
+    attempt's worker once per attempt, and a task enqueued through this backend runs only on
+    `pgq_worker` (not on a plain `pgq worker`, which does not know Django's tasks).
+    """
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        unknown = sorted(set(self.options) - set(OPTIONS))
+        if unknown:
+            raise ImproperlyConfigured(f"TASKS[{alias!r}]: unknown OPTIONS {', '.join(unknown)} "
+                                       f"(known: {', '.join(OPTIONS)})")
+        self.database: str = self.options.get("DATABASE", DEFAULT_DB_ALIAS)
+        attempts = self.options.get("MAX_ATTEMPTS", 1)
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise ImproperlyConfigured(f"TASKS[{alias!r}]: MAX_ATTEMPTS must be an int >= 1, got {attempts!r}")
+        self.max_attempts: int = attempts
+        self.modules: list[str] = list(self.options.get("MODULES", []))
+        self._dsn: str | None = self.options.get("DSN")
+
+    # -- the producer side (Django's API) ----------------------------------------------------------
+
+    def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any]:
+        """Write `task`'s job through the Django connection (in its transaction, if one is open) and
+        return its result, status READY."""
+        self.validate_task(task)
+        spec = JobSpec(task.module_path, {"args": normalize_json(args), "kwargs": normalize_json(kwargs)},
+                       queue=task.queue_name, priority=-task.priority, run_at=task.run_after,
+                       max_attempts=self.max_attempts)
+        conn = self.connection()
+        with _cursor(conn) as cursor:
+            [job_id] = _ops.run_sync(conn, _ops.enqueue([spec]), own_transaction=True, cursor=cursor)
+        result = self._read(conn, job_id)
+        assert result is not None  # written just now, in this transaction
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult[Any]:
+        """The result of job `result_id`, read now through the Django connection; raises
+        TaskResultDoesNotExist for an id that is no job of one of this backend's tasks."""
+        try:
+            job_id = int(result_id)
+        except (TypeError, ValueError):
+            raise TaskResultDoesNotExist(result_id) from None
+        result = self._read(self.connection(), job_id)
+        if result is None:
+            raise TaskResultDoesNotExist(result_id)
+        return result
+
+    def connection(self) -> psycopg.Connection[Any]:
+        """The psycopg 3 connection of Django's database `DATABASE` (opened if needed)."""
+        wrapper = connections[self.database]
+        wrapper.ensure_connection()
+        raw = wrapper.connection
+        if not isinstance(raw, psycopg.Connection):
+            raise ImproperlyConfigured(f"TASKS[{self.alias!r}]: database {self.database!r} must be PostgreSQL "
+                                       f"through psycopg 3 (found {type(raw).__module__})")
+        return raw
+
+    @property
+    def dsn(self) -> str:
+        """The libpq DSN of workers and the dashboard: OPTIONS' DSN, else Django's settings of the
+        database (its libpq parameters; Django-only options are left out)."""
+        if self._dsn is not None:
+            return self._dsn
+        known = {d.keyword.decode() for d in psycopg.pq.Conninfo.get_defaults()}
+        params = connections[self.database].get_connection_params()
+        return make_conninfo("", **{str(k): v for k, v in params.items() if k in known and isinstance(v, str | int)})
+
+    def _read(self, conn: psycopg.Connection[Any], job_id: int) -> TaskResult[Any] | None:
+        with _cursor(conn) as cursor:
+            job = _ops.run_sync(conn, _ops.get(job_id), own_transaction=True, cursor=cursor)
+        return None if job is None else self.result_of(job)
+
+    def result_of(self, job: Job) -> TaskResult[Any] | None:
+        """`job` as a Django TaskResult; None when its kind is no task of this backend."""
+        task = self.task_of(job.kind)
+        payload = job.payload if isinstance(job.payload, dict) else {}
+        changes: dict[str, Any] = {"queue_name": job.queue, "run_after": job.run_at}
+        if TASK_MIN_PRIORITY <= -job.priority <= TASK_MAX_PRIORITY:
+            changes["priority"] = -job.priority
+        if task is None or (self.queues and job.queue not in self.queues):
+            return None
+        errors = []
+        if job.last_error and job.status is not JobStatus.SUCCEEDED:
+            progress = job.progress if isinstance(job.progress, dict) else {}
+            errors.append(TaskError(exception_class_path=str(progress.get(ERROR_CLASS_KEY, "builtins.Exception")),
+                                    traceback=job.last_error))
+        result: TaskResult[Any] = TaskResult(
+            task=dataclasses.replace(task, **changes), id=str(job.id), status=STATUSES[job.status],
+            enqueued_at=job.created_at, started_at=job.started_at, finished_at=job.finished_at,
+            last_attempted_at=job.started_at, args=list(payload.get("args", [])),
+            kwargs=dict(payload.get("kwargs", {})), backend=self.alias, errors=errors,
+            worker_ids=[job.claimed_by or "pgq"] * job.attempts)
+        object.__setattr__(result, "_return_value", job.result)
+        return result
+
+    def task_of(self, kind: str) -> Task[Any, Any] | None:
+        """The Django task whose `module_path` is `kind`, if it is one of this backend's."""
+        try:
+            task = import_string(kind)
+        except ImportError:
+            return None
+        return task if isinstance(task, Task) and task.backend == self.alias else None
+
+    # -- the worker side (`manage.py pgq_worker`) --------------------------------------------------
+
+    def tasks(self) -> list[Task[Any, Any]]:
+        """This backend's tasks, found in each installed app's `tasks` module and in OPTIONS'
+        MODULES (imported here), by module path."""
+        names = [f"{config.name}.tasks" for config in django_apps.get_app_configs()]
+        found: dict[str, Task[Any, Any]] = {}
+        for name in [*names, *self.modules]:
+            try:
+                module = importlib.import_module(name)
+            except ModuleNotFoundError as exc:
+                if exc.name == name and name not in self.modules:
+                    continue  # an app without a tasks module
+                raise
+            for value in vars(module).values():
+                if isinstance(value, Task) and value.backend == self.alias:
+                    found.setdefault(value.module_path, value)
+        return [found[path] for path in sorted(found)]
+
+    def worker_app(self, tasks: Iterable[Task[Any, Any]] | None = None) -> App:
+        """A pgq App on `dsn` whose tasks run `tasks` (default: `tasks()`), each as the job kind of
+        its module path: what `pgq_worker` runs."""
+        app = App(self.dsn)
+        for task in self.tasks() if tasks is None else tasks:
+            app.task(name=task.module_path, queue=task.queue_name, max_attempts=self.max_attempts,
+                     priority=-task.priority)(self._handler(task))
+        return app
+
+    def _handler(self, task: Task[Any, Any]) -> Callable[[list[Any], dict[str, Any]], Any]:
+        func: Callable[..., Any] = async_to_sync(task.func) if iscoroutinefunction(task.func) else task.func
+
+        def run(args: list[Any], kwargs: dict[str, Any]) -> Any:
+            close_old_connections()  # as Django does around a request: no stale connection of this thread
+            try:
+                if task.takes_context:
+                    result = self.result_of(current_job())
+                    assert result is not None
+                    value = func(TaskContext(task_result=result), *args, **kwargs)
+                else:
+                    value = func(*args, **kwargs)
+            except Exception as exc:
+                set_progress({ERROR_CLASS_KEY: f"{type(exc).__module__}.{type(exc).__qualname__}"})
+                raise
+            finally:
+                close_old_connections()
+            return normalize_json(value)
+
+        run.__name__ = task.name
+        return run
+
+
+def _cursor(conn: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
+    """A cursor of Django's connection fit for pgq's statements: server-side binding (Django's own
+    cursors bind client-side, which cannot fetch binary results) and jsonb decoded as pgq does
+    (Django loads it as text, for its JSONField to decode)."""
+    cursor = psycopg.Cursor(conn)
+    cursor.adapters.register_loader("jsonb", JsonbLoader)
+    cursor.adapters.register_loader("jsonb", JsonbBinaryLoader)
+    return cursor

@@ -1,0 +1,115 @@
+"""pgq's dashboard in a Django project's URLs, behind Django's staff login.
+
+    # urls.py
+    from django.urls import include, path
+    from pgq.contrib.django import dashboard
+
+    urlpatterns = [..., path("pgq/", include(dashboard.urls()))]
+
+Every page and action then needs a logged-in staff user (`staff_member_required`: others are sent to
+the admin's login page). The dashboard (`pgq.web.create_app`, an ASGI app) runs on an event loop
+thread of its own in the Django process, and each request is handed to it whole; its pages and
+links follow the mount path. Its forms carry their own CSRF tokens (Django's CSRF middleware leaves
+these URLs alone). Its database role decides what it may do, as with `pgq dashboard`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib.admin.views.decorators import staff_member_required
+from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, re_path
+from django.views.decorators.csrf import csrf_exempt
+from starlette.types import ASGIApp, Message, Scope
+
+from ...web import create_app
+from ._common import pgq_backend_of
+
+__all__ = ["REQUEST_TIMEOUT_S", "urls"]
+
+REQUEST_TIMEOUT_S = 60.0
+"""The longest a dashboard request may take before the Django view gives up (504)."""
+
+
+def urls(backend: str = "default", **options: Any) -> list[URLPattern]:
+    """URL patterns serving the dashboard, to `include` under a prefix of your choice (see the module
+    docstring). `backend`: the alias in settings.TASKS whose database the dashboard shows (its DSN);
+    `options`: keywords of `pgq.web.create_app` (`read_only`, `title`, `refresh_s`, `app`, ...).
+    Nothing connects until the first request."""
+    bridge = _Bridge(lambda: create_app(pgq_backend_of(backend).dsn, trust_network=True, **options))
+    view: Callable[..., HttpResponse] = csrf_exempt(staff_member_required(bridge.view))
+    return [re_path(r"^(?P<path>.*)$", view, name="pgq-dashboard")]
+
+
+class _Bridge:
+    """Hands Django requests to the dashboard's ASGI app, built on first use, on a loop thread of its
+    own (the dashboard's connection pool belongs to that loop)."""
+
+    def __init__(self, build: Callable[[], ASGIApp]) -> None:
+        self._build = build
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._app: ASGIApp | None = None
+
+    def _started(self) -> tuple[asyncio.AbstractEventLoop, ASGIApp]:
+        with self._lock:
+            if self._loop is None or self._app is None:
+                self._app = self._build()
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="pgq-dashboard", daemon=True).start()
+                self._loop = loop
+            return self._loop, self._app
+
+    def view(self, request: HttpRequest, path: str) -> HttpResponse:
+        """Serve `request` (whose path ends in `path`, the part below the mount point)."""
+        loop, app = self._started()
+        full = request.path
+        root = full[: len(full) - len(path)].rstrip("/")
+        scope: Scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": request.method,
+            "scheme": request.scheme, "path": full, "raw_path": full.encode(), "root_path": root,
+            "query_string": request.META.get("QUERY_STRING", "").encode("latin-1"),
+            "headers": [(name.lower().encode("latin-1"), value.encode("latin-1"))
+                        for name, value in request.headers.items()],
+            "client": (request.META.get("REMOTE_ADDR", ""), 0),
+            "server": (request.get_host().rsplit(":", 1)[0], int(request.get_port())),
+        }
+        future = asyncio.run_coroutine_threadsafe(_call(app, scope, request.body), loop)
+        try:
+            status, headers, body = future.result(timeout=REQUEST_TIMEOUT_S)
+        except TimeoutError:
+            future.cancel()
+            return HttpResponse("the pgq dashboard did not answer in time", status=504)
+        response = HttpResponse(body, status=status)
+        for name, value in headers:
+            if name.lower() != "content-length":
+                response[name] = value
+        return response
+
+
+async def _call(app: ASGIApp, scope: Scope, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+    """Run one request through `app`; return the status, headers and whole body of its response."""
+    sent = False
+    start: dict[str, Any] = {}
+    chunks: list[bytes] = []
+
+    async def receive() -> Message:
+        nonlocal sent
+        if sent:
+            await asyncio.Event().wait()  # the app waits for a disconnect only after the response
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            start.update(message)
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(scope, receive, send)
+    headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in start.get("headers", [])]
+    return int(start.get("status", 500)), headers, b"".join(chunks)

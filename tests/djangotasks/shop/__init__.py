@@ -1,0 +1,1 @@
+"""The test project's app: its tasks module holds the Django tasks."""
