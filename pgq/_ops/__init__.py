@@ -7,7 +7,7 @@ and `AsyncQueue` share every line of queue logic and differ only in how they wai
 are thrown back into the generator, so an operation can translate them.
 
 Modules, bottom-up: `core` (Stmt, Operation, shared checks, the statement registry), `jobs`
-(enqueue, claim, acknowledgements), `admin` (operators' operations), `leader` (maintenance runs),
+(enqueue, claim, acknowledgements), `admin` (operators' operations), `leader` (maintenance runs), `registry` (the worker registry, explain),
 `driver` (run_sync / run_async), `watchdog` (severing a connection that stopped answering).
 Callers use this package's names (`_ops.claim`), never a module's.
 """
@@ -63,6 +63,7 @@ from .leader import (
     purge_as_leader,
     rescue_as_leader,
 )
+from .registry import WorkerRow, explain, worker_register, worker_seen, worker_unregister, workers
 from .watchdog import AsyncWatchdog, Watchdog, sever
 
 __all__ = [
@@ -81,6 +82,7 @@ __all__ = [
     "Steps",
     "Stmt",
     "Watchdog",
+    "WorkerRow",
     "cancel",
     "claim",
     "complete",
@@ -90,6 +92,7 @@ __all__ = [
     "end_stalled_as_leader",
     "enqueue",
     "error_set",
+    "explain",
     "fail",
     "get",
     "heartbeat",
@@ -117,4 +120,8 @@ __all__ = [
     "sever",
     "snooze",
     "wait_mark",
+    "worker_register",
+    "worker_seen",
+    "worker_unregister",
+    "workers",
 ]

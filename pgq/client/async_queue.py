@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from .. import _ops
 from ..errors import InvalidJob
+from ..insight import Explanation, WorkerInfo
 from ..models import FINISHED, JSON, Claim, Dependencies, Job, JobSpec, JobStatus, positive_seconds
 from .common import DEFAULT_LEASE as DEFAULT_LEASE
 from .common import (
@@ -450,6 +451,22 @@ class AsyncQueue:
         return await self._run(
             _ops.list_jobs(status=status, queue=queue, kind=kind, limit=limit, before_id=before_id)
         )
+
+    async def workers(self) -> builtins.list[WorkerInfo]:
+        """The worker registry (pgq.workers): every registered worker, live ones first, each with its
+        queues (None: all), the kinds it knows, its slots, state (running / draining), when it was
+        last seen, whether it is live, and the jobs it runs now. A worker killed without a clean
+        stop stays listed, not live, until the rescue prunes it (three leases)."""
+        return await self._run(_ops.workers())
+
+    async def explain(self, job_id: int) -> Explanation:
+        """Why job `job_id` is not running now, read in one snapshot by the SQL function
+        pgq.explain (which a DBA can call in psql for the same answer): each reason with its facts
+        (scheduled, waiting for parents, queue paused, a concurrency limit or rate window full, no
+        live worker serving its queue or knowing its kind), or "ready" with its position in its
+        queue, or how it finished, or that it runs. Raises NotFound for an unknown id, InvalidJob
+        for an id that is not an int."""
+        return await self._run(_ops.explain(job_id))
 
     async def dependencies(self, job_id: int, *, limit: int = _ops.DEPENDENCIES_LIMIT) -> Dependencies:
         """Job `job_id`'s parents (the jobs it depends on) and children (the jobs that depend on it),

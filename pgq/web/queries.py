@@ -213,7 +213,8 @@ def overview(finished_cap: int = FINISHED_CAP) -> _ops.Operation[Overview]:
         throughput = _throughput(now, finished, by_name, finished_cap)
         workers = yield _ops.Stmt("dashboard_workers", {})
         who = yield from _rights()
-        return Overview(now, [by_name[n] for n in sorted(by_name)], throughput, len(workers), who)
+        busy = sum(1 for w in workers if w["running"])
+        return Overview(now, [by_name[n] for n in sorted(by_name)], throughput, busy, who)
 
     return _read("dashboard_overview", steps)
 
@@ -358,7 +359,7 @@ def queue_names() -> _ops.Operation[list[str]]:
 
 @dataclass(frozen=True, slots=True)
 class Workers:
-    """The workers holding jobs (rows of sql/dashboard_workers.sql) and the running jobs, longest
+    """Every worker, registered or holding jobs (rows of sql/dashboard_workers.sql), and the running jobs, longest
     running first (sql/dashboard_running.sql, at most RUNNING_LIMIT)."""
 
     now: dt.datetime

@@ -175,6 +175,7 @@ def test_worker_serves_prometheus_metrics_of_real_jobs(tmp_path: Path, pgq_dsn: 
         assert jobs.value(queue="obs", state="ready") == 0
         assert families["pgq_queue_oldest_ready_age_seconds"].value(queue="obs") == 0
         assert families["pgq_queue_expired_leases"].value(queue="obs") == 0
+        assert families["pgq_queue_live_workers"].value(queue="obs") == 1  # itself, from the registry
         assert families["pgq_queue_stats_up"].value() == 1
 
         # Drop the LISTEN connection from the server side: the worker reconnects and says so.

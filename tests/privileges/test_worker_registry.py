@@ -1,0 +1,81 @@
+"""The worker registry (revision 0013) across roles: a producer may read it (and explain jobs) but
+write nothing of it; a worker writes only its own row, through the pgq.worker_* functions and the
+token its registration returned, which no other pgq role can read; so one worker can neither
+refresh, take over nor delete another's row. The prune deletes only stale rows."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pgq
+from pgq import _ops
+
+from .conftest import Roles
+from .test_roles import assert_refused, rows
+
+REGISTER = ("SELECT * FROM pgq.worker_register('w', 'h', 1, NULL, '{k}', 1, 10, 5, 'test')")
+
+
+def _registry(roles: Roles) -> list[dict[str, Any]]:
+    return rows(roles.dsn, "SELECT id, token, claimed_by, state, last_seen FROM pgq.workers ORDER BY id")
+
+
+def test_producer_reads_the_registry_but_cannot_write_it(roles: Roles) -> None:
+    (own,) = rows(roles.worker, REGISTER)
+    before = _registry(roles)
+    for statement in (
+        REGISTER,
+        "SELECT pgq.worker_prune()",
+        "SELECT pgq.worker_seen(%(id)s, %(token)s, 'draining')",
+        "SELECT pgq.worker_unregister(%(id)s, %(token)s)",
+        "INSERT INTO pgq.workers (claimed_by, host, pid, kinds, slots, lease_s, refresh_s, version) "
+        "VALUES ('x', 'h', 1, '{}', 1, 1, 1, 'v')",
+        "UPDATE pgq.workers SET last_seen = now()",
+        "DELETE FROM pgq.workers",
+        "SELECT token FROM pgq.workers",
+    ):
+        assert_refused(roles.producer, statement, own)
+    assert _registry(roles) == before
+    with pgq.Queue(roles.producer) as queue:
+        (info,) = queue.workers()
+        job_id = queue.enqueue("k", queue="q")
+        assert queue.explain(job_id).codes == ("ready",)  # the registered worker serves every queue
+    assert (info.id, info.claimed_by, info.kinds, info.queues) == (own["id"], "w", ("k",), None)
+
+
+def test_worker_cannot_touch_another_workers_row(roles: Roles) -> None:
+    (victim,) = rows(roles.worker, REGISTER)
+    (mine,) = rows(roles.worker, REGISTER)
+    before = _registry(roles)
+    # Everything a worker can learn of the victim's row is its id: guessing its token changes nothing.
+    forged = {"id": victim["id"], "token": uuid.uuid4()}
+    assert rows(roles.worker, "SELECT pgq.worker_seen(%(id)s, %(token)s, 'draining') AS ok", forged) == [
+        {"ok": False}]
+    assert rows(roles.worker, "SELECT pgq.worker_unregister(%(id)s, %(token)s) AS ok", forged) == [{"ok": False}]
+    # Its own token does not open another row either.
+    crossed = {"id": victim["id"], "token": mine["token"]}
+    assert rows(roles.worker, "SELECT pgq.worker_unregister(%(id)s, %(token)s) AS ok", crossed) == [{"ok": False}]
+    for statement in ("UPDATE pgq.workers SET state = 'draining'", "DELETE FROM pgq.workers",
+                      "SELECT token FROM pgq.workers", "SELECT * FROM pgq.workers"):
+        assert_refused(roles.worker, statement)
+    # The prune leaves live rows alone.
+    assert rows(roles.worker, "SELECT pgq.worker_prune() AS n") == [{"n": 0}]
+    assert _registry(roles) == before
+    # Its own row it may refresh, mark draining and delete.
+    with pgq.Queue(roles.worker) as queue:
+        row = _ops.WorkerRow(mine["id"], mine["token"], "draining")
+        assert queue._run(_ops.worker_seen(row))
+        assert queue._run(_ops.worker_unregister(row))
+    assert [r["id"] for r in _registry(roles)] == [victim["id"]]
+
+
+def test_worker_prunes_only_rows_stale_for_three_leases(roles: Roles) -> None:
+    (stale,) = rows(roles.worker, REGISTER)
+    (fresh,) = rows(roles.worker, REGISTER)
+    (recent,) = rows(roles.worker, REGISTER)
+    # lease 10 s: 31 s without a refresh is stale, 29 s is not yet.
+    rows(roles.dsn, "UPDATE pgq.workers SET last_seen = now() - interval '31 s' WHERE id = %s", [stale["id"]])
+    rows(roles.dsn, "UPDATE pgq.workers SET last_seen = now() - interval '29 s' WHERE id = %s", [recent["id"]])
+    assert rows(roles.worker, "SELECT pgq.worker_prune() AS n") == [{"n": 1}]
+    assert {r["id"] for r in _registry(roles)} == {fresh["id"], recent["id"]}
