@@ -1,4 +1,4 @@
-"""`pgq jobs list|show|retry|cancel`: find, inspect and manage jobs."""
+"""`pgq jobs list|show|explain|retry|cancel`: find, inspect and manage jobs."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 from ..client import Queue
 from ..errors import NotFound
+from ..insight import Explanation
 from ..models import Dependencies, Dependency, Job, JobStatus
 from .args import int_range, job_id, status_arg
 from .common import EXIT_OK, CliError, Commands, Formatter, open_queue, queue_exists
@@ -20,7 +21,7 @@ JOBS_LIST_MAX_LIMIT = 100_000
 DEPENDENCIES_SHOWN = 100
 """`pgq jobs show` lists at most this many parents and this many children (and says how many more)."""
 
-__all__ = ["format_dependencies", "format_job", "register"]
+__all__ = ["format_dependencies", "format_explanation", "format_job", "register"]
 
 
 def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
@@ -28,8 +29,8 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
     p = commands.add_parser(
         "jobs",
         formatter_class=Formatter,
-        help="list, show, retry or cancel jobs",
-        description="List, show, retry or cancel jobs.",
+        help="list, show, explain, retry or cancel jobs",
+        description="List, show, explain, retry or cancel jobs.",
     )
     jobs = p.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)
 
@@ -69,6 +70,20 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
     q.add_argument("--json", action="store_true",
                    help="print the job as one JSON object, its parents and children under \"dependencies\"")
     q.set_defaults(handler=cmd_jobs_show)
+
+    q = jobs.add_parser(
+        "explain", parents=[dsn], formatter_class=Formatter, help="say why a job is not running now",
+        description=(
+            "Say why a job is not running now, each reason with its facts, read in one snapshot by the\n"
+            "SQL function pgq.explain(ID) (the same answer in psql): scheduled for later, waiting for\n"
+            "parents, its queue paused, its kind's concurrency limit or rate window full, no live worker\n"
+            "claiming from its queue or none knowing its kind; or ready, with its position in its queue;\n"
+            "or running, or finished with its outcome."
+        ),
+    )
+    q.add_argument("id", metavar="ID", type=job_id, help="job id")
+    q.add_argument("--json", action="store_true", help="print the explanation as one JSON object")
+    q.set_defaults(handler=cmd_jobs_explain)
 
     q = jobs.add_parser(
         "retry", parents=[dsn], formatter_class=Formatter, help="queue a failed or cancelled job again",
@@ -230,6 +245,27 @@ def cmd_jobs_show(args: argparse.Namespace) -> int:
         if text:
             print()
             print(text)
+    return EXIT_OK
+
+
+def format_explanation(explanation: Explanation) -> str:
+    """Render `Queue.explain()`: the job's status, then one line per reason (its code and sentence)."""
+    lines = [f"job {explanation.job_id} is {explanation.status.value}:"]
+    lines.extend(f"  {r.code}: {cell(r.detail)}" for r in explanation.reasons)
+    return "\n".join(lines)
+
+
+def cmd_jobs_explain(args: argparse.Namespace) -> int:
+    """`pgq jobs explain ID`: why the job is not running now (NotFound: exit 1)."""
+    with open_queue(args) as queue:
+        try:
+            explanation = queue.explain(args.id)
+        except NotFound:
+            raise CliError(f"job {args.id} not found") from None
+    if args.json:
+        print(json.dumps(explanation.to_json(), indent=2, ensure_ascii=False))
+    else:
+        print(format_explanation(explanation))
     return EXIT_OK
 
 
