@@ -157,6 +157,7 @@ def _routes(pages: Pages, api: Api) -> list[BaseRoute]:
         Route("/api/queues", api.queues),
         Route("/api/jobs", api.jobs),
         Route("/api/jobs/{job_id}", api.job),
+        Route("/api/jobs/{job_id}/explain", api.explain),
         Route("/api/jobs/{job_id}/cancel", p(api.job_action, "cancel"), methods=post),
         Route("/api/jobs/{job_id}/retry", p(api.job_action, "retry"), methods=post),
         Route("/api/queues/{name:path}/pause", p(api.queue_action, "pause"), methods=post),

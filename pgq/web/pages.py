@@ -121,17 +121,18 @@ class Pages:
                            statuses=[s.value for s in JobStatus])
 
     async def job(self, request: Request) -> Response:
-        """`/jobs/{id}`: every field of the job, its parents and children, and cancel / retry where they
-        apply."""
+        """`/jobs/{id}`: every field of the job, its parents and children, why it is not running, and
+        cancel / retry where they apply."""
         job_id = params.job_id(request.path_params["job_id"])
         detail = await self.dash.read(queries.job_detail(job_id))
         if detail.job is None:
             raise HttpError(404, f"job {job_id} not found")
         return self.render(request, "job.html", live="_job.html", section="jobs", job=detail.job,
-                           deps=detail.dependencies, now=detail.now, rights=detail.rights)
+                           deps=detail.dependencies, now=detail.now, rights=detail.rights,
+                           explanation=detail.explanation)
 
     async def workers(self, request: Request) -> Response:
-        """`/workers`: workers holding jobs, and the running jobs."""
+        """`/workers`: every registered worker (idle ones too) and those holding jobs, and the running jobs."""
         data = await self.dash.read(queries.workers())
         return self.render(request, "workers.html", live="_workers.html", section="workers", data=data, now=data.now,
                            running_limit=queries.RUNNING_LIMIT)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import _ops
+from ..insight import Explanation
 from ..models import Dependencies, Job, JobStatus
 from ..tasks import Periodic
 
@@ -326,22 +327,35 @@ class JobDetail:
     dependencies: Dependencies | None
     now: dt.datetime
     rights: Rights
+    explanation: Explanation | None = None
 
 
 def job_detail(job_id: int) -> _ops.Operation[JobDetail]:
-    """One job (sql/job_get.sql, through pgq's own `get`) and its dependencies (sql/job_dependencies.sql,
-    through `dependencies`: at most DEPENDENCIES_SHOWN a side), with the clock and the rights."""
+    """One job (sql/job_get.sql, through pgq's own `get`), its dependencies (sql/job_dependencies.sql,
+    through `dependencies`: at most DEPENDENCIES_SHOWN a side) and why it is not running
+    (sql/job_explain.sql), with the clock and the rights."""
 
     def steps() -> _ops.Steps[JobDetail]:
         now = yield from _guard()
         who = yield from _rights()
         job = yield from _ops.get(job_id).steps()
-        deps = None
+        deps = explanation = None
         if job is not None:
             deps = yield from _ops.dependencies(job_id, limit=DEPENDENCIES_SHOWN).steps()
-        return JobDetail(job, deps, now, who)
+            explanation = Explanation.from_rows(job_id, (yield _ops.Stmt("job_explain", {"id": job_id})))
+        return JobDetail(job, deps, now, who, explanation)
 
     return _read("dashboard_job", steps)
+
+
+def explain(job_id: int) -> _ops.Operation[Explanation | None]:
+    """Why job `job_id` is not running now (sql/job_explain.sql); None when there is no such job."""
+
+    def steps() -> _ops.Steps[Explanation | None]:
+        yield from _guard()
+        return Explanation.from_rows(job_id, (yield _ops.Stmt("job_explain", {"id": job_id})))
+
+    return _read("job_explain", steps)
 
 
 def queue_names() -> _ops.Operation[list[str]]:

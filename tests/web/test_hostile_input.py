@@ -125,7 +125,7 @@ segment = st.one_of(wire_value.filter(bool), st.sampled_from([b"1", b"..", b".",
 
 GET_PAGES = [b"/", b"/jobs", b"/workers", b"/schedules", b"/limits", b"/api/queues", b"/api/jobs", b"/api/workers",
              b"/api/limits"]
-JOB_GETS = [b"/jobs/%s", b"/api/jobs/%s"]
+JOB_GETS = [b"/jobs/%s", b"/api/jobs/%s", b"/api/jobs/%s/explain"]
 POSTS = [b"/jobs/%s/cancel", b"/jobs/%s/retry", b"/queues/%s/pause", b"/queues/%s/resume",
          b"/api/jobs/%s/cancel", b"/api/jobs/%s/retry", b"/api/queues/%s/pause", b"/api/queues/%s/resume"]
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
