@@ -7,7 +7,8 @@ and `AsyncQueue` share every line of queue logic and differ only in how they wai
 are thrown back into the generator, so an operation can translate them.
 
 Modules, bottom-up: `core` (Stmt, Operation, shared checks, the statement registry), `jobs`
-(enqueue, claim, acknowledgements), `admin` (operators' operations), `leader` (maintenance runs), `registry` (the worker registry, explain),
+(enqueue, claim, acknowledgements), `admin` (operators' operations), `bulk` (bulk actions), `leader` (maintenance runs),
+`registry` (the worker registry, explain),
 `driver` (run_sync / run_async), `watchdog` (severing a connection that stopped answering).
 Callers use this package's names (`_ops.claim`), never a module's.
 """
@@ -31,6 +32,7 @@ from .admin import (
     set_rate_limit,
     wait_mark,
 )
+from .bulk import BULK_BATCH, BulkAction, JobFilter, bulk
 from .core import READ_ONLY_STATEMENTS, WRITING_STATEMENTS, Fetch, Operation, Steps, Stmt
 from .driver import (
     KEPT_CURSOR_MAX_ROWS,
@@ -67,6 +69,7 @@ from .registry import WorkerRow, explain, worker_register, worker_seen, worker_u
 from .watchdog import AsyncWatchdog, Watchdog, sever
 
 __all__ = [
+    "BULK_BATCH",
     "DEPENDENCIES_LIMIT",
     "KEPT_CURSOR_MAX_ROWS",
     "PURGE_BATCH",
@@ -75,7 +78,9 @@ __all__ = [
     "TRANSACTION_IDLE_LIMIT",
     "WRITING_STATEMENTS",
     "AsyncWatchdog",
+    "BulkAction",
     "Fetch",
+    "JobFilter",
     "LeaderRun",
     "Operation",
     "StalledSession",
@@ -83,6 +88,7 @@ __all__ = [
     "Stmt",
     "Watchdog",
     "WorkerRow",
+    "bulk",
     "cancel",
     "claim",
     "complete",

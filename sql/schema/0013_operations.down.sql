@@ -1,5 +1,6 @@
 -- Undo revision 0013: drop pgq.explain and the worker registry, and restore pgq.workers as the view
 -- of the workers holding jobs (as revision 0003 created it).
+DROP TABLE pgq.job_audit;
 DROP FUNCTION pgq.explain(bigint);
 DROP FUNCTION pgq.worker_prune();
 DROP FUNCTION pgq.worker_unregister(uuid, uuid);

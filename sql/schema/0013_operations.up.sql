@@ -9,6 +9,9 @@
 --    pgq_worker writes only through the SECURITY DEFINER functions below, each fenced by the row's
 --    secret token (a column the other roles cannot read): a worker cannot forge, refresh or delete
 --    another worker's row, and a producer cannot write the table at all.
+-- 3. pgq.job_audit: who changed which jobs by a bulk action (Queue.cancel_where, retry_where,
+--    delete_where; `pgq jobs cancel|retry|delete` with filters; the dashboard's bulk actions): one row
+--    per batch, written in the batch's transaction, with the ids of the jobs it changed.
 -- 2. pgq.explain(id): why a job is not running now, each reason with its facts, read in one
 --    statement (one snapshot); Queue.explain, `pgq jobs explain`, the dashboard and a DBA in psql all
 --    read it.
@@ -281,3 +284,26 @@ COMMENT ON FUNCTION pgq.explain(bigint) IS
     'Why job p_job_id is not running now: one row per reason (finished, running, scheduled, '
     'waiting_for_parents, queue_paused, concurrency_limit_full, rate_limit_full, no_live_worker, '
     'unknown_kind) with its facts, or ready with its position in the queue; no row: no such job.';
+
+
+CREATE TABLE pgq.job_audit (
+    id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at       timestamptz NOT NULL DEFAULT now(),
+    action   text NOT NULL CHECK (action IN ('cancel', 'retry', 'delete')),
+    actor    text,
+    db_role  text NOT NULL DEFAULT session_user,
+    filters  jsonb NOT NULL DEFAULT '{}',
+    job_ids  bigint[] NOT NULL
+);
+-- The audit of one job: WHERE job_ids @> ARRAY[42::bigint].
+CREATE INDEX job_audit_job_ids_idx ON pgq.job_audit USING gin (job_ids);
+COMMENT ON TABLE pgq.job_audit IS
+    'Bulk actions on jobs: one row per batch (its own transaction), with the jobs it changed. The jobs of '
+    'a deleted batch are gone; their ids stay here.';
+COMMENT ON COLUMN pgq.job_audit.id IS 'Row id.';
+COMMENT ON COLUMN pgq.job_audit.at IS 'When the batch ran (database clock).';
+COMMENT ON COLUMN pgq.job_audit.action IS 'cancel, retry or delete.';
+COMMENT ON COLUMN pgq.job_audit.actor IS 'Who asked, when known: the dashboard''s user; NULL from the API and CLI (see db_role).';
+COMMENT ON COLUMN pgq.job_audit.db_role IS 'The database role that ran it (session_user).';
+COMMENT ON COLUMN pgq.job_audit.filters IS 'The filters the jobs were selected by.';
+COMMENT ON COLUMN pgq.job_audit.job_ids IS 'Ids of the jobs this batch changed.';

@@ -249,7 +249,7 @@ def test_every_table_column_view_function_and_type_has_a_comment(pgq_dsn: str) -
     uncommented += [("function", row[0]) for row in snapshot["functions"] if not row[3]]
     uncommented += [("type", row[0]) for row in snapshot["types"] if row[1] == "e" and not row[2]]
     assert tables == {"jobs", "key_watermarks", "concurrency_limits", "paused_queues", "rate_limits",
-                      "rate_limit_starts", "job_dependencies", "workers"}
+                      "rate_limit_starts", "job_dependencies", "workers", "job_audit"}
     assert uncommented == []
     assert snapshot["schema"][0][1]
 
