@@ -26,7 +26,7 @@ BulkAction = Literal["cancel", "retry", "delete"]
 BULK_BATCH: Final = 1000
 """Jobs per batch (per transaction) unless told otherwise."""
 
-ALLOWED: Final[dict[str, tuple[JobStatus, ...]]] = {
+BULK_STATUSES: Final[dict[str, tuple[JobStatus, ...]]] = {
     "cancel": ACTIVE,
     "retry": (JobStatus.FAILED, JobStatus.CANCELLED),
     "delete": FINISHED,
@@ -71,9 +71,9 @@ class JobFilter:
         }
 
     def statuses(self, action: BulkAction) -> tuple[JobStatus, ...]:
-        """The statuses `action` will touch: the filter's, which must be among ALLOWED[action], or
+        """The statuses `action` will touch: the filter's, which must be among BULK_STATUSES[action], or
         all of those."""
-        allowed = ALLOWED[action]
+        allowed = BULK_STATUSES[action]
         if self.status is None:
             return allowed
         given = [self.status] if isinstance(self.status, str | JobStatus) else list(self.status)
@@ -101,7 +101,7 @@ def bulk(action: BulkAction, where: JobFilter, *, batch: int = BULK_BATCH, dry_r
     `dry_run`, only count them (no write). `actor`: who asked, recorded in pgq.job_audit with the
     database role. `progress(result so far)` is called after each batch. Raises InvalidJob for a
     bad filter or batch before anything is sent."""
-    if action not in ALLOWED:
+    if action not in BULK_STATUSES:
         raise InvalidJob(f"unknown bulk action {action!r}")
     if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 10_000:
         raise InvalidJob(f"batch must be an int in [1, 10000], got {batch!r}")
