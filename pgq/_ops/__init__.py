@@ -32,7 +32,7 @@ from .admin import (
     set_rate_limit,
     wait_mark,
 )
-from .bulk import BULK_BATCH, BULK_STATUSES, BulkAction, JobFilter, bulk
+from .bulk import BULK_BATCH, BULK_IDS_MAX, BULK_STATUSES, BulkAction, JobFilter, bulk, bulk_ids
 from .core import READ_ONLY_STATEMENTS, WRITING_STATEMENTS, Fetch, Operation, Steps, Stmt
 from .driver import (
     KEPT_CURSOR_MAX_ROWS,
@@ -70,6 +70,7 @@ from .watchdog import AsyncWatchdog, Watchdog, sever
 
 __all__ = [
     "BULK_BATCH",
+    "BULK_IDS_MAX",
     "BULK_STATUSES",
     "DEPENDENCIES_LIMIT",
     "KEPT_CURSOR_MAX_ROWS",
@@ -90,6 +91,7 @@ __all__ = [
     "Watchdog",
     "WorkerRow",
     "bulk",
+    "bulk_ids",
     "cancel",
     "claim",
     "complete",

@@ -128,3 +128,25 @@ def bulk(action: BulkAction, where: JobFilter, *, batch: int = BULK_BATCH, dry_r
                 return BulkResult(action, matched, changed, batches, dry_run)
 
     return Operation(f"job_{action}_many", steps)
+
+
+BULK_IDS_MAX: Final = 1000
+"""Most ids `bulk_ids` takes (one batch)."""
+
+
+def bulk_ids(action: BulkAction, ids: Iterable[int], *, actor: str | None = None) -> Operation[BulkResult]:
+    """Apply `action` to the jobs `ids` (at most BULK_IDS_MAX, in one transaction) that are in a status
+    it applies to; the others are left as they are. Recorded in pgq.job_audit like `bulk`."""
+    if action not in BULK_STATUSES:
+        raise InvalidJob(f"unknown bulk action {action!r}")
+    chosen = sorted(set(ids))
+    if not chosen or len(chosen) > BULK_IDS_MAX or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 < i < 2**63 for i in chosen):
+        raise InvalidJob(f"give 1..{BULK_IDS_MAX} job ids")
+    params = {"ids": chosen, "actor": actor, "filters": json.dumps({"ids": chosen})}
+
+    def steps() -> Steps[BulkResult]:
+        done = yield Stmt(f"job_{action}_many", params)
+        return BulkResult(action, len(chosen), int(done[0]["changed"]), 1, False)
+
+    return Operation(f"job_{action}_many", steps)

@@ -11,6 +11,7 @@ here counts the whole table.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -100,8 +101,9 @@ class Rights:
     pause: bool
 
     def refusal(self, action: str) -> str | None:
-        """Why the role may not do `action` ("cancel", "retry", "pause" or "resume"); None if it may."""
-        if action in ("cancel", "retry") and not self.change_jobs:
+        """Why the role may not do `action` ("cancel", "retry", "delete", "pause" or "resume"); None if it
+        may."""
+        if action in ("cancel", "retry", "delete") and not self.change_jobs:
             return (f"the database role {self.role!r} may not cancel or retry jobs: that takes pgq's admin "
                     "role (pgq_admin by default; see `pgq roles`)")
         if action in ("pause", "resume") and not self.pause:
@@ -251,17 +253,24 @@ def _throughput(now: dt.datetime, rows: Sequence[Any], by_name: dict[str, QueueS
 @dataclass(frozen=True, slots=True)
 class JobFilter:
     """The job search's filters; None: any. `text` is looked for in the dedupe key and the last error,
-    ignoring case."""
+    ignoring case; `payload` is JSON text the payload must contain (jsonb `@>`)."""
 
     status: JobStatus | None = None
     queue: str | None = None
     kind: str | None = None
     text: str | None = None
+    payload: str | None = None
 
     @property
     def active(self) -> bool:
         """Whether any filter is set."""
-        return any(v is not None for v in (self.status, self.queue, self.kind, self.text))
+        return any(v is not None for v in (self.status, self.queue, self.kind, self.text, self.payload))
+
+    def bulk(self) -> _ops.JobFilter:
+        """These filters as a bulk action's: the text as the error's (a bulk action does not look in
+        dedupe keys)."""
+        return _ops.JobFilter(queue=self.queue, kind=self.kind, status=self.status, error=self.text,
+                              payload=None if self.payload is None else json.loads(self.payload))
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,7 +306,7 @@ def find_jobs(
         high = int(bounds["max_id"]) + 1 if before is None else min(before, int(bounds["max_id"]) + 1)
         found: list[dict[str, Any]] = []
         params = {"status": None if filters.status is None else filters.status.value, "queue": filters.queue,
-                  "kind": filters.kind, "text": filters.text}
+                  "kind": filters.kind, "text": filters.text, "payload": filters.payload}
         while high > low_end:
             low = max(high - window, low_end)
             window_started = time.monotonic()

@@ -10,14 +10,15 @@ import threading
 import pytest
 
 from pgq import BulkResult, InvalidJob, JobStatus, Queue
+from pgq.models import JSON
 
 from .conftest import SQL
 
 
-def failed(pgq_queue: Queue, n: int, *, kind: str = "k", queue: str = "q", payload: object = None,
+def failed(pgq_queue: Queue, n: int, *, kind: str = "k", queue: str = "q", payload: JSON = None,
            error: str = "boom") -> list[int]:
     """`n` jobs of `kind` in `queue` with `payload`, claimed and failed for good with `error`."""
-    ids = [pgq_queue.enqueue(kind, payload, queue=queue, max_attempts=1) for _ in range(n)]  # type: ignore[arg-type]
+    ids = [pgq_queue.enqueue(kind, payload, queue=queue, max_attempts=1) for _ in range(n)]
     for claim in pgq_queue.claim(worker="w", queues=[queue], limit=n):
         pgq_queue.fail(claim, error)
     return ids

@@ -310,3 +310,30 @@ def test_workers_page_shows_idle_workers_and_the_job_page_explains(page: Any, pg
     page.screenshot(path=str(artifacts() / "job-explain.png"), full_page=True)
     panel.locator(f'a[href$="/jobs/{held[0]}"]').click()  # a holder of the limit
     expect(page.locator('#explain [data-reason="running"]')).to_contain_text("running on busy-host-9")
+
+
+def test_bulk_selection_and_apply_to_all_matching(page: Any, pgq_queue: Queue, db: SQL) -> None:
+    ids = [pgq_queue.enqueue("send_mail", {"tenant": 7 if i < 4 else 8}, queue="mail", max_attempts=1)
+           for i in range(6)]
+    for claim in pgq_queue.claim(worker="w", queues=["mail"], limit=6):
+        pgq_queue.fail(claim, "SMTPServerDisconnected: Connection unexpectedly closed")
+
+    page.goto("/jobs?status=failed")
+    page.check(f'input[name="id"][value="{ids[5]}"]')
+    page.check(f'input[name="id"][value="{ids[4]}"]')
+    expect(page.locator("#selected-count")).to_have_text("2")
+    page.screenshot(path=str(artifacts() / "jobs-selection.png"), full_page=True)
+    page.click('#bulk-selected button[value="retry"]')  # the confirm() is accepted
+    expect(page.locator(".bulk-result")).to_contain_text("2 jobs retried")
+    assert {r["id"] for r in db("SELECT id FROM pgq.jobs WHERE status = 'queued'")} == {ids[4], ids[5]}
+
+    page.goto('/jobs?status=failed&payload={"tenant":7}')
+    expect(page.locator("#jobs tbody tr")).to_have_count(4)
+    page.click("#retry-all")
+    expect(page.locator("#bulk-count")).to_have_text("4")
+    expect(page.locator("#bulk-apply button")).to_have_text("Retry all 4 jobs")
+    page.screenshot(path=str(artifacts() / "bulk-confirm.png"), full_page=True)
+    page.click("#bulk-apply button")
+    expect(page.locator(".bulk-result")).to_contain_text("4 jobs retried")
+    assert db("SELECT count(*) AS n FROM pgq.jobs WHERE status = 'queued'") == [{"n": 6}]
+    assert [r["actor"] for r in db("SELECT actor FROM pgq.job_audit ORDER BY id")] == [f"dashboard:{USER}"] * 2
