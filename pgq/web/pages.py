@@ -106,7 +106,8 @@ class Pages:
                            now=data.now, chart=chart.throughput_chart(t), sparklines=sparklines, can_pause=can_pause)
 
     async def jobs(self, request: Request) -> Response:
-        """`/jobs`: the filter form and a page of matching jobs, newest first."""
+        """`/jobs`: the filter form and a page of matching jobs, newest first, with the selection of bulk
+        actions; for the failed filter, the dead-letter groups (kind and error) first."""
         query = request.query_params
         filters = params.job_filter(query)
         cursor = params.cursor(query)
@@ -117,6 +118,9 @@ class Pages:
         filter_params = {"queue": filters.queue, "kind": filters.kind,
                          "status": filters.status.value if filters.status else None, "q": filters.text,
                          "payload": filters.payload}
+        groups = None
+        if filters.status is JobStatus.FAILED:
+            groups = await self.dash.read(queries.failed_groups(filters.queue, filters.kind))
         can_bulk = False
         if page.jobs and not self.dash.settings.read_only:
             can_bulk = (await self.dash.read(queries.rights())).change_jobs
@@ -126,7 +130,7 @@ class Pages:
                            cursor=cursor, limit=limit, filter_params=filter_params, queue_names=names,
                            kind_names=sorted(app.tasks) if app is not None else [],
                            statuses=[s.value for s in JobStatus],
-                           can_bulk=can_bulk)
+                           can_bulk=can_bulk, groups=groups)
 
     async def bulk_confirm(self, request: Request) -> Response:
         """`GET /jobs/bulk?action=...&<the search's filters>`: how many jobs the action would change

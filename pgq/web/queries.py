@@ -357,6 +357,17 @@ def job_detail(job_id: int) -> _ops.Operation[JobDetail]:
     return _read("dashboard_job", steps)
 
 
+def failed_groups(queue: str | None, kind: str | None) -> _ops.Operation[list[dict[str, Any]]]:
+    """The failed jobs of `queue` and `kind` (None: all) grouped by kind and first line of error, with
+    count, first and last seen (sql/dashboard_failed_groups.sql)."""
+
+    def steps() -> _ops.Steps[list[dict[str, Any]]]:
+        yield from _guard()
+        return [dict(r) for r in (yield _ops.Stmt("dashboard_failed_groups", {"queue": queue, "kind": kind}))]
+
+    return _read("dashboard_failed_groups", steps)
+
+
 def explain(job_id: int) -> _ops.Operation[Explanation | None]:
     """Why job `job_id` is not running now (sql/job_explain.sql); None when there is no such job."""
 

@@ -120,3 +120,20 @@ def test_a_bad_payload_filter_is_a_400(dashboard: Client, bad: str) -> None:
     client = dashboard()
     assert client.get("/api/jobs", params={"payload": bad}).status_code == 400
     assert client.get("/jobs", params={"payload": bad}).status_code == 400
+
+
+def test_failed_filter_groups_dead_letters_and_retries_one_group(dashboard: Client, pgq_queue: Queue,
+                                                                 db: SQL) -> None:
+    timeouts = _failed(pgq_queue, 3, {"tenant": 1}, "TimeoutError: smtp\nTraceback ...")
+    refused = _failed(pgq_queue, 1, {"tenant": 1}, "ConnectionRefusedError: 25")
+    client = dashboard()
+    page = client.get("/jobs", params={"status": "failed"}).text
+    groups = re.findall(r'<tr data-group-kind="mail">.*?title="([^"]*)".*?<td class="num">(\d+)</td>.*?'
+                        r'href="([^"]+)">Retry all in this group', page, flags=re.S)
+    assert [(error, int(n)) for error, n, _ in groups] == [("TimeoutError: smtp", 3), ("ConnectionRefusedError: 25", 1)]
+    confirm = client.get(groups[0][2].replace("&amp;", "&"))
+    assert re.search(r'id="bulk-count">3<', confirm.text), confirm.text
+    hidden = dict(re.findall(r'<input type="hidden" name="([a-z_]+)" value="([^"]*)"', confirm.text))
+    assert client.post("/jobs/bulk", data=hidden).status_code == 200
+    assert _statuses(db) == {**dict.fromkeys(timeouts, "queued"), refused[0]: "failed"}
+    assert "No job failed for good" not in client.get("/jobs", params={"status": "failed"}).text
