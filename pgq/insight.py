@@ -7,11 +7,11 @@ import datetime as dt
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypedDict
 
-from .models import JobStatus
+from .models import JSON, JobStatus
 
-__all__ = ["REASONS", "BulkResult", "Explanation", "Reason", "WorkerInfo"]
+__all__ = ["REASONS", "BulkResult", "Explanation", "JobFilters", "Reason", "WorkerInfo"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,3 +120,17 @@ class BulkResult:
     changed: int
     batches: int
     dry_run: bool = False
+
+
+class JobFilters(TypedDict, total=False):
+    """The filters of the bulk actions (`Queue.retry_where` says what each matches), as keywords."""
+
+    queue: str | None
+    kind: str | None
+    status: str | JobStatus | Iterable[str | JobStatus] | None
+    error: str | None
+    payload: JSON
+    created_after: dt.datetime | None
+    created_before: dt.datetime | None
+    finished_after: dt.datetime | None
+    finished_before: dt.datetime | None

@@ -8,14 +8,14 @@ import contextlib
 import datetime as dt
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
 from .. import _ops
 from ..errors import InvalidJob
-from ..insight import BulkResult, Explanation, WorkerInfo
+from ..insight import BulkResult, Explanation, JobFilters, WorkerInfo
 from ..models import FINISHED, JSON, Claim, Dependencies, Job, JobSpec, JobStatus, positive_seconds
 from .common import DEFAULT_LEASE as DEFAULT_LEASE
 from .common import (
@@ -440,89 +440,43 @@ class Queue:
             _ops.list_jobs(status=status, queue=queue, kind=kind, limit=limit, before_id=before_id)
         )
 
-    def cancel_where(
-        self,
-        *,
-        queue: str | None = None,
-        kind: str | None = None,
-        status: str | JobStatus | Iterable[str | JobStatus] | None = None,
-        error: str | None = None,
-        payload: JSON = None,
-        created_after: dt.datetime | None = None,
-        created_before: dt.datetime | None = None,
-        finished_after: dt.datetime | None = None,
-        finished_before: dt.datetime | None = None,
-        dry_run: bool = False,
-        batch: int = _ops.BULK_BATCH,
-        actor: str | None = None,
-        progress: Callable[[BulkResult], None] | None = None,
-    ) -> BulkResult:
-        """Cancel every waiting, queued or running job matching all the given filters (see
-        `retry_where`), as `cancel` does one: dependents follow, running handlers are interrupted."""
-        where = _ops.JobFilter(queue, kind, status, error, payload, created_after, created_before, finished_after,
-                               finished_before)
-        return self._run(_ops.bulk("cancel", where, batch=batch, dry_run=dry_run, actor=actor,
-                                         progress=progress))
+    def cancel_where(self, *, dry_run: bool = False, batch: int = _ops.BULK_BATCH, actor: str | None = None,
+                           progress: Callable[[BulkResult], None] | None = None,
+                           **filters: Unpack[JobFilters]) -> BulkResult:
+        """Cancel every waiting, queued or running job matching all the given filters, as `cancel`
+        does one: dependents follow, running handlers are interrupted. Filters and options: see
+        `retry_where`."""
+        return self._run(_ops.bulk("cancel", _ops.JobFilter(**filters), batch=batch, dry_run=dry_run,
+                                         actor=actor, progress=progress))
 
-    def retry_where(
-        self,
-        *,
-        queue: str | None = None,
-        kind: str | None = None,
-        status: str | JobStatus | Iterable[str | JobStatus] | None = None,
-        error: str | None = None,
-        payload: JSON = None,
-        created_after: dt.datetime | None = None,
-        created_before: dt.datetime | None = None,
-        finished_after: dt.datetime | None = None,
-        finished_before: dt.datetime | None = None,
-        dry_run: bool = False,
-        batch: int = _ops.BULK_BATCH,
-        actor: str | None = None,
-        progress: Callable[[BulkResult], None] | None = None,
-    ) -> BulkResult:
+    def retry_where(self, *, dry_run: bool = False, batch: int = _ops.BULK_BATCH, actor: str | None = None,
+                          progress: Callable[[BulkResult], None] | None = None,
+                          **filters: Unpack[JobFilters]) -> BulkResult:
         """Retry every failed or cancelled job matching all the given filters, as `retry` does one
         (a job whose dedupe key an active job holds is skipped).
 
-        Filters (None: any): `queue`, `kind`; `status`, one or several of the statuses the action
-        applies to (the default: all of them); `error`, a case-insensitive substring of the last
-        error; `payload`, a JSON value the payload contains (`@>`); `created_*` / `finished_*`,
-        ranges (after <= t < before, timezone-aware). Works in batches of `batch` jobs, each its own
-        short transaction (no transaction locks more than one batch), lowest ids first, each job at
-        most once per call; a call cut short leaves its batches done and can be run again. Each batch
-        is recorded in pgq.job_audit (the jobs, the filters, `actor` and the database role).
-        `dry_run`: only count the matching jobs. `progress(result so far)` after each batch.
-        Returns the counts (BulkResult). Raises InvalidJob for a bad filter, before anything is
-        sent; needs an administrator's rights."""
-        where = _ops.JobFilter(queue, kind, status, error, payload, created_after, created_before, finished_after,
-                               finished_before)
-        return self._run(_ops.bulk("retry", where, batch=batch, dry_run=dry_run, actor=actor,
-                                         progress=progress))
+        Filters (JobFilters; absent: any): `queue`, `kind`; `status`, one or several of the statuses
+        the action applies to (the default: all of them); `error`, a case-insensitive substring of
+        the last error; `payload`, a JSON value the payload contains (`@>`); `created_after`,
+        `created_before`, `finished_after`, `finished_before`: ranges (after <= t < before,
+        timezone-aware). Works in batches of `batch` jobs, each its own short transaction (no
+        transaction locks more than one batch), lowest ids first, each job at most once per call; a
+        call cut short leaves its batches done and can be run again. Each batch is recorded in
+        pgq.job_audit (the jobs, the filters, `actor` and the database role). `dry_run`: only count
+        the matching jobs. `progress(result so far)` after each batch. Returns the counts
+        (BulkResult). Raises InvalidJob for a bad filter, before anything is sent; needs an
+        administrator's rights."""
+        return self._run(_ops.bulk("retry", _ops.JobFilter(**filters), batch=batch, dry_run=dry_run,
+                                         actor=actor, progress=progress))
 
-    def delete_where(
-        self,
-        *,
-        queue: str | None = None,
-        kind: str | None = None,
-        status: str | JobStatus | Iterable[str | JobStatus] | None = None,
-        error: str | None = None,
-        payload: JSON = None,
-        created_after: dt.datetime | None = None,
-        created_before: dt.datetime | None = None,
-        finished_after: dt.datetime | None = None,
-        finished_before: dt.datetime | None = None,
-        dry_run: bool = False,
-        batch: int = _ops.BULK_BATCH,
-        actor: str | None = None,
-        progress: Callable[[BulkResult], None] | None = None,
-    ) -> BulkResult:
-        """Delete every finished (succeeded, failed, cancelled) job matching all the given filters
-        (see `retry_where`), with its dependency rows, as a purge does; rows another transaction
-        holds are skipped."""
-        where = _ops.JobFilter(queue, kind, status, error, payload, created_after, created_before, finished_after,
-                               finished_before)
-        return self._run(_ops.bulk("delete", where, batch=batch, dry_run=dry_run, actor=actor,
-                                         progress=progress))
+    def delete_where(self, *, dry_run: bool = False, batch: int = _ops.BULK_BATCH, actor: str | None = None,
+                           progress: Callable[[BulkResult], None] | None = None,
+                           **filters: Unpack[JobFilters]) -> BulkResult:
+        """Delete every finished (succeeded, failed, cancelled) job matching all the given filters,
+        with its dependency rows, as a purge does; rows another transaction holds are skipped.
+        Filters and options: see `retry_where`."""
+        return self._run(_ops.bulk("delete", _ops.JobFilter(**filters), batch=batch, dry_run=dry_run,
+                                         actor=actor, progress=progress))
 
     def workers(self) -> builtins.list[WorkerInfo]:
         """The worker registry (pgq.workers): every registered worker, live ones first, each with its
