@@ -107,7 +107,8 @@ def bulk(action: BulkAction, where: JobFilter, *, batch: int = BULK_BATCH, dry_r
         raise InvalidJob(f"batch must be an int in [1, 10000], got {batch!r}")
     if actor is not None and (not isinstance(actor, str) or "\x00" in actor):
         raise InvalidJob(f"actor must be a str, got {actor!r}")
-    params = {**where.params(action), "batch": batch}
+    # A dry run only reads: the biggest batches, so fewer round trips (a count over a big table).
+    params = {**where.params(action), "batch": 10_000 if dry_run else batch}
     recorded = {"actor": actor, "filters": json.dumps(where.describe(action))}
 
     def steps() -> Steps[BulkResult]:
@@ -124,7 +125,7 @@ def bulk(action: BulkAction, where: JobFilter, *, batch: int = BULK_BATCH, dry_r
                     batches += 1
                 if progress is not None:
                     progress(BulkResult(action, matched, changed, batches, dry_run))
-            if len(ids) < batch:
+            if len(ids) < params["batch"]:
                 return BulkResult(action, matched, changed, batches, dry_run)
 
     return Operation(f"job_{action}_many", steps)
