@@ -95,7 +95,8 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
-    logging.getLogger("pgq").setLevel(logging.ERROR)  # each job failing again is a warning: not here
+    for name in ("pgq", "pgq.worker"):  # each job failing again is logged: not here
+        logging.getLogger(name).setLevel(logging.ERROR)
     with scratch_database(args.dsn, "pgq_bulk_bench", keep=args.keep) as dsn:
         started = time.monotonic()
         fill(dsn, args.jobs, args.others)

@@ -117,15 +117,24 @@ class Rescuer:
         psycopg.OperationalError when the database is unreachable (a batch that committed before
         stays done).
         """
-        seen = self._registry.for_refresh() if self._registry is not None else None
+        registry = self._registry
+        if registry is None or not registry.enabled:
+            return await self._run_once(None, prune=False)
+        seen = registry.for_refresh()
         try:
-            return await self._run_once(seen)
+            return await self._run_once(seen, prune=True)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            if "worker_" not in str(exc):
+                raise
+            # The registry's functions are refused to this role: the rescue goes on without them.
+            registry.refused(exc)
+            seen = None
+            return await self._run_once(None, prune=False)
         finally:
-            if self._registry is not None:
-                await self._registry.refreshed(seen)
+            await registry.refreshed(seen)
 
-    async def _run_once(self, seen: _ops.WorkerRow | None) -> StepResult:
-        # `seen` goes with the run's first statement (then it is None).
+    async def _run_once(self, seen: _ops.WorkerRow | None, *, prune: bool) -> StepResult:
+        # `seen` goes with the run's first statement (then it is None); `prune` with the first batch.
         ended: int | None = None
         stalled = await self._end_stalled(seen)
         if stalled is not None:
@@ -134,7 +143,7 @@ class Rescuer:
                 return StepResult(False)
             ended = len(stalled.value)
         requeued = failed = 0
-        first = True
+        first = prune
         while True:
             run = await self._queue._run(_ops.rescue_as_leader(RESCUE_LOCK_KEY, self._batch, self._on_failure,
                                                                seen=seen, prune=first))

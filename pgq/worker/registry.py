@@ -49,12 +49,20 @@ class Registry:
             slots=slots, lease_s=lease_s, refresh_s=interval * 1.1, version=_version())
         self.row: _ops.WorkerRow | None = None
         """The registered row (None: not registered, or its registration failed)."""
+        self.enabled = True
+        """False once the database refused the registry to the worker's role (said once): the worker
+        then runs without a row, and its rescue without refreshing or pruning."""
         self._refreshed = -float("inf")  # monotonic time of the last refresh that found the row
 
     async def register(self) -> bool:
         """Write this worker's row; True when it is written (a failure is logged)."""
+        if not self.enabled:
+            return False
         try:
             self.row = await self._queue._run(self._register)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            self.refused(exc)
+            return False
         except (psycopg.Error, PgqError) as exc:
             logger.warning("worker registry: cannot register (%s); trying again in %.0f s", one_line(exc),
                            self._interval, extra={"event": "worker_register_error"})
@@ -65,14 +73,23 @@ class Registry:
 
     def for_refresh(self) -> _ops.WorkerRow | None:
         """The row for a maintenance statement to refresh (None: not registered)."""
-        return self.row
+        return self.row if self.enabled else None
+
+    def refused(self, exc: psycopg.Error) -> None:
+        """The database refused the registry to this worker's role (a role without pgq's grants of
+        revision 0013): say so once and go on without it."""
+        if self.enabled:
+            logger.warning("worker registry disabled in this worker: %s; it is not listed by `pgq workers` "
+                           "(run `pgq roles --apply`, or grant EXECUTE on pgq.worker_* to its role)", one_line(exc),
+                           extra={"event": "worker_register_refused"})
+        self.enabled, self.row = False, None
 
     async def refreshed(self, row: _ops.WorkerRow | None) -> None:
         """After a statement refreshed `row` (from `for_refresh`): note it, or register again when
         the row was gone (pruned) or never written."""
         if row is not None and row.found:
             self._refreshed = time.monotonic()
-        else:
+        elif self.enabled:
             await self.register()
 
     async def run(self) -> None:
@@ -80,7 +97,7 @@ class Registry:
         intervals; until cancelled."""
         if self.row is None:
             await self.register()
-        while True:
+        while self.enabled:
             await asyncio.sleep(self._interval)
             if time.monotonic() - self._refreshed < 1.5 * self._interval:
                 continue
@@ -90,6 +107,9 @@ class Registry:
                 continue
             try:
                 await self._queue._run(_ops.worker_seen(row))
+            except psycopg.errors.InsufficientPrivilege as exc:
+                self.refused(exc)
+                return
             except (psycopg.Error, PgqError) as exc:
                 logger.warning("worker registry: refresh failed (%s)", one_line(exc),
                                extra={"event": "worker_seen_error"})

@@ -5,11 +5,14 @@ refresh, take over nor delete another's row. The prune deletes only stale rows."
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
 import pgq
 from pgq import _ops
+from pgq.worker.maintenance import Rescuer
+from pgq.worker.registry import Registry
 
 from .conftest import Roles
 from .test_roles import assert_refused, rows
@@ -79,3 +82,23 @@ def test_worker_prunes_only_rows_stale_for_three_leases(roles: Roles) -> None:
     rows(roles.dsn, "UPDATE pgq.workers SET last_seen = now() - interval '29 s' WHERE id = %s", [recent["id"]])
     assert rows(roles.worker, "SELECT pgq.worker_prune() AS n") == [{"n": 1}]
     assert {r["id"] for r in _registry(roles)} == {fresh["id"], recent["id"]}
+
+
+def test_a_worker_refused_the_registry_still_rescues(roles: Roles) -> None:
+    # A role set up by hand without revision 0013's grants: the registry is refused, the rescue is not.
+    rows(roles.dsn, f'REVOKE EXECUTE ON FUNCTION pgq.worker_seen(uuid, uuid, text), pgq.worker_prune() '
+                    f'FROM "{roles.names.worker}"')
+    with pgq.Queue(roles.dsn) as q:
+        job_id = q.enqueue("k", queue="q")
+        q.claim(worker="dead", queues=["q"])
+    rows(roles.dsn, "UPDATE pgq.jobs SET lease_expires_at = now() - interval '1 s' WHERE id = %s", [job_id])
+
+    async def scenario() -> tuple[bool, bool, dict[str, int], bool]:
+        async with pgq.AsyncQueue(roles.worker) as queue:
+            registry = Registry(queue, claimed_by="w", queues=None, kinds=["k"], slots=1, lease_s=10, interval=5)
+            registered = await registry.register()
+            result = await Rescuer(queue, registry=registry).run_once()
+            return registered, registry.enabled, result.counts, registry.for_refresh() is None
+
+    assert asyncio.run(scenario()) == (True, False, {"requeued": 1, "failed": 0}, True)
+    assert rows(roles.dsn, "SELECT status::text FROM pgq.jobs WHERE id = %s", [job_id]) == [{"status": "queued"}]
