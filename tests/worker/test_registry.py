@@ -62,10 +62,11 @@ def test_workers_register_stop_cleanly_and_a_killed_one_is_pruned(
 
 def test_a_draining_worker_shows_its_job_in_flight_then_leaves(pgq_dsn: str, db: DB) -> None:
     app = pgq.App(pgq_dsn)
-    gate = asyncio.Event()
+    started, gate = asyncio.Event(), asyncio.Event()
 
     @app.task(name="gated", queue="reg")
     async def gated() -> None:
+        started.set()
         await gate.wait()
 
     seen: dict[str, pgq.WorkerInfo] = {}
@@ -85,12 +86,15 @@ def test_a_draining_worker_shows_its_job_in_flight_then_leaves(pgq_dsn: str, db:
         async with pgq.AsyncQueue(pgq_dsn) as queue:
             await queue.enqueue("gated", queue="reg")
             deadline = asyncio.get_running_loop().time() + 15
+            await asyncio.wait_for(started.wait(), 15)  # running its handler, not only claimed
             while not await running(queue):
-                assert asyncio.get_running_loop().time() < deadline, "the worker never ran the job"
+                assert asyncio.get_running_loop().time() < deadline, "the registry never showed the job"
                 await asyncio.sleep(0.05)
             worker.stop()
             while True:
-                (row,) = await queue.workers()
+                rows = await queue.workers()
+                assert len(rows) == 1, rows
+                row = rows[0]
                 if row.state == "draining":
                     seen["draining"] = row
                     break
