@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from pgq import Queue
+from pgq import Queue, _ops
 from tests.conftest import SQL
 
 from .conftest import Client, Roles, basic, csrf_token
@@ -91,13 +91,19 @@ def test_bulk_forms_follow_the_security_model(dashboard: Client, pgq_queue: Queu
 
 def test_a_role_without_the_right_gets_no_selection_and_a_403(dashboard: Client, roles: Roles) -> None:
     with Queue(roles.dsn) as q:
-        q.enqueue("k", queue="q", max_attempts=1)
+        job_id = q.enqueue("k", queue="q", max_attempts=1)
         [claim] = q.claim(worker="w", queues=["q"])
         q.fail(claim, "x")
     client = dashboard(roles.producer)
     assert 'form="bulk-selected"' not in client.get("/jobs").text
     page = client.get("/jobs/bulk", params={"action": "retry"}).text
     assert "may not cancel or retry jobs" in page and 'id="bulk-apply"' not in page
+    # The registry and explain read no column a producer may not read (the workers' tokens).
+    with Queue(roles.worker) as w:
+        w._run(_ops.worker_register(claimed_by="w1", host="h", pid=1, queues=None, kinds=["k"], slots=1, lease_s=10,
+                                    refresh_s=5, version="t"))
+    assert "w1" in client.get("/workers").text
+    assert client.get(f"/api/jobs/{job_id}/explain").json()["reasons"][0]["code"] == "finished"
 
 
 @pytest.mark.parametrize(("payload", "expected"), [('{"tenant": 7}', 2), ('{"tenant": 7, "x": 1}', 1),
