@@ -47,6 +47,11 @@ def test_workers_register_stop_cleanly_and_a_killed_one_is_pruned(
         wait_for(lambda: queue.explain(unknown).codes[-1] == "unknown_kind", 10, "unknown_kind")
         assert queue.explain(unserved).codes == ("no_live_worker",)
 
+        # A paused queue that a live worker serves, with a kind it knows: paused is the only reason.
+        assert queue.pause("other")
+        held = queue.enqueue("record", {"n": 2}, queue="other")
+        assert queue.explain(held).codes == ("queue_paused",)
+
         # SIGKILL: the row stays, goes stale, and a live worker's rescue prunes it.
         b.signal(signal.SIGKILL)
         b.wait(10)
