@@ -14,7 +14,8 @@ The fill, in a few set-based statements:
   within the hour, 1 in 50 waiting for a retry with an error;
 - 200 running jobs on ten workers (1 in 40 with an expired lease), some with progress;
 - a tick job per minute of the last day for a periodic schedule `tidy_up` (every 60 s), which the
-  dashboard is given as its App; two concurrency limits and two rate limits.
+  dashboard is given as its App; two concurrency limits and two rate limits;
+- twelve workers in the registry (pgq.workers): the ten running jobs and two idle ones.
 
 Then VACUUM ANALYZE, and each route is requested `--warmup` times, then `--repeat` times, in-process
 through the ASGI app (httpx's ASGITransport: no network), and the script prints per route the p50,
@@ -34,6 +35,7 @@ import statistics
 import sys
 import time
 from collections.abc import Iterator
+from urllib.parse import urlencode
 
 import httpx
 import psycopg
@@ -103,6 +105,14 @@ FILL = [
                          date_trunc('minute', now()) - interval '1 minute', interval '1 minute') AS t
     """,
     "INSERT INTO pgq.concurrency_limits (kind, max_running) VALUES ('charge_card', 4), ('build_report', 2)",
+    # The registry: the ten workers running jobs, and two idle ones.
+    """
+    INSERT INTO pgq.workers (claimed_by, host, pid, queues, kinds, slots, lease_s, refresh_s, version)
+    SELECT 'host-' || g || '-4242', 'host-' || g, 4242, NULL,
+           ARRAY['send_email', 'resize_image', 'sync_account', 'charge_card', 'build_report', 'deliver_webhook',
+                 'index_document'], 20, 30, 16.5, 'bench'
+    FROM generate_series(0, 11) g
+    """,
     "INSERT INTO pgq.rate_limits (kind, max_starts, per_s) "
     "VALUES ('deliver_webhook', 100, 1), ('sync_account', 600, 60)",
     # The actions' own jobs: queued in a queue of their own, cancelled and retried by the bench.
@@ -167,9 +177,10 @@ async def measure(dsn: str, warmup: int, repeat: int) -> list[tuple[str, list[fl
     with psycopg.connect(dsn) as conn:
         one = conn.execute(b"SELECT max(id) FROM pgq.jobs WHERE status = 'failed'").fetchone()
         middle = conn.execute(b"SELECT (max(id) + min(id)) / 2 FROM pgq.jobs").fetchone()
+        ready = conn.execute(b"SELECT max(id) FROM pgq.jobs WHERE status = 'queued' AND run_at <= now()").fetchone()
         actions = [r[0] for r in conn.execute(b"SELECT id FROM pgq.jobs WHERE queue = 'bench-actions' ORDER BY id")]
-    assert one is not None and middle is not None
-    job, mid = one[0], middle[0]
+    assert one is not None and middle is not None and ready is not None
+    job, mid, queued = one[0], middle[0], ready[0]
     gets = [
         ("GET /", "/", {}),
         ("GET / (live refresh)", "/", {"X-Pgq-Live": "1"}),
@@ -191,6 +202,12 @@ async def measure(dsn: str, warmup: int, repeat: int) -> list[tuple[str, list[fl
         ("GET /api/jobs/{id}", f"/api/jobs/{job}", {}),
         ("GET /api/workers", "/api/workers", {}),
         ("GET /api/limits", "/api/limits", {}),
+        ('GET /jobs?payload={"n": N} (payload, one match)', "/jobs?" + urlencode({"payload": f'{{"n": {job}}}'}), {}),
+        ('GET /api/jobs?payload={"to": ...} (1 in 5,000)',
+         "/api/jobs?" + urlencode({"payload": '{"to": "user7@example.com"}'}), {}),
+        ("GET /api/jobs/{id}/explain (failed)", f"/api/jobs/{job}/explain", {}),
+        ("GET /api/jobs/{id}/explain (queued)", f"/api/jobs/{queued}/explain", {}),
+        ("GET /jobs/bulk?action=retry&status=failed (count)", "/jobs/bulk?action=retry&status=failed", {}),
     ]
     results: list[tuple[str, list[float]]] = []
     transport = httpx.ASGITransport(app=dashboard)

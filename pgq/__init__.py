@@ -8,6 +8,7 @@ from .app import App
 from .client import AsyncQueue, Queue
 from .context import cancel_requested, current_job, set_progress
 from .errors import InvalidJob, InvalidState, LeaseLost, NotFound, NotMigrated, PgqError
+from .insight import BulkResult, Explanation, Reason, WorkerInfo
 from .models import Claim, Dependencies, Dependency, Job, JobSpec, JobStatus
 from .retries import Backoff, PermanentFailure, PollingTimeout, RetryPolicy, Snooze, poll_later, polling_schedule
 from .tasks import Task, after_success
@@ -30,9 +31,11 @@ __all__ = [
     "App",
     "AsyncQueue",
     "Backoff",
+    "BulkResult",
     "Claim",
     "Dependencies",
     "Dependency",
+    "Explanation",
     "InvalidJob",
     "InvalidState",
     "Job",
@@ -45,11 +48,13 @@ __all__ = [
     "PgqError",
     "PollingTimeout",
     "Queue",
+    "Reason",
     "RetryPolicy",
     "Snooze",
     "Task",
     "Worker",
     "WorkerConfig",
+    "WorkerInfo",
     "after_success",
     "cancel_requested",
     "current_job",

@@ -24,6 +24,7 @@ Exposed families (labels in braces):
   `pgq_worker_jobs_prefetched`, `pgq_worker_concurrency`, `pgq_worker_info` {worker, queues, version};
 - gauges from the database: `pgq_queue_jobs` {queue, state = ready | scheduled | running},
   `pgq_queue_expired_leases` {queue}, `pgq_queue_oldest_ready_age_seconds` {queue},
+  `pgq_queue_live_workers` {queue} (registered live workers claiming from it: the worker registry),
   `pgq_queue_stats_up` (1 when the last database read worked).
 """
 
@@ -223,7 +224,7 @@ class Metrics:
         if backlog.ok and self.queues is not None:  # queues without jobs still have values: zero
             for queue in self.queues:
                 rows.setdefault(queue, {"queue": queue, "ready": 0, "scheduled": 0, "running": 0,
-                                        "expired_leases": 0, "oldest_ready_age_s": None})
+                                        "expired_leases": 0, "oldest_ready_age_s": None, "live_workers": 0})
         jobs = GaugeMetricFamily("pgq_queue_jobs",
                                  "Jobs per queue and state, from the database (ready: due now; scheduled: run_at "
                                  "in the future; running: claimed by some worker).", labels=("queue", "state"))
@@ -233,6 +234,9 @@ class Metrics:
         age = GaugeMetricFamily("pgq_queue_oldest_ready_age_seconds",
                                 "How long the oldest ready job of the queue has been due (0: none), database clock.",
                                 labels=("queue",))
+        live = GaugeMetricFamily("pgq_queue_live_workers",
+                                 "Live workers claiming from the queue, from the worker registry (pgq.workers).",
+                                 labels=("queue",))
         for queue in sorted(rows):
             row = rows[queue]
             for state in ("ready", "scheduled", "running"):
@@ -240,9 +244,11 @@ class Metrics:
             expired.add_metric((queue,), row["expired_leases"])
             seconds = row["oldest_ready_age_s"]
             age.add_metric((queue,), max(float(seconds), 0.0) if seconds is not None else 0.0)
+            live.add_metric((queue,), row.get("live_workers", 0))
         yield jobs
         yield expired
         yield age
+        yield live
         yield GaugeMetricFamily("pgq_queue_stats_up",
                                 "1 when the last read of the queue gauges from the database worked.",
                                 value=1 if backlog.ok else 0)

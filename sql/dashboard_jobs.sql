@@ -1,6 +1,8 @@
 -- dashboard_jobs: one window of the dashboard's job search: the jobs with `low` <= id < `high` that
--- match every filter given (status, queue, kind, and `text` found in the dedupe key or the last
--- error, ignoring case; NULL: no filter), newest (highest id) first, at most `limit`.
+-- match every filter given (status, queue, kind, `text` found in the dedupe key or the last error,
+-- ignoring case, and `payload`, JSON the payload contains (jsonb @>); NULL: no filter), newest
+-- (highest id) first, at most `limit`. The payload test needs no index: like the others it runs on
+-- the window's rows only (no write pays for it; see docs/dashboard.md for its cost).
 --
 -- Why windows of ids: pgq.jobs has no index on kind, and none that serves "newest first" for a queue
 -- or a text, and adding them would cost every enqueue, claim and acknowledgement an index entry
@@ -22,5 +24,6 @@ WHERE j.id < %(high)s::bigint
   AND (%(text)s::text IS NULL
        OR strpos(lower(j.dedupe_key), lower(%(text)s::text)) > 0
        OR strpos(lower(j.last_error), lower(%(text)s::text)) > 0)
+  AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
 ORDER BY j.id DESC
 LIMIT %(limit)s

@@ -7,7 +7,8 @@ and `AsyncQueue` share every line of queue logic and differ only in how they wai
 are thrown back into the generator, so an operation can translate them.
 
 Modules, bottom-up: `core` (Stmt, Operation, shared checks, the statement registry), `jobs`
-(enqueue, claim, acknowledgements), `admin` (operators' operations), `leader` (maintenance runs),
+(enqueue, claim, acknowledgements), `admin` (operators' operations), `bulk` (bulk actions), `leader` (maintenance runs),
+`registry` (the worker registry, explain),
 `driver` (run_sync / run_async), `watchdog` (severing a connection that stopped answering).
 Callers use this package's names (`_ops.claim`), never a module's.
 """
@@ -31,6 +32,7 @@ from .admin import (
     set_rate_limit,
     wait_mark,
 )
+from .bulk import BULK_BATCH, BULK_IDS_MAX, BULK_STATUSES, BulkAction, JobFilter, bulk, bulk_ids
 from .core import READ_ONLY_STATEMENTS, WRITING_STATEMENTS, Fetch, Operation, Steps, Stmt
 from .driver import (
     KEPT_CURSOR_MAX_ROWS,
@@ -66,9 +68,13 @@ from .leader import (
     rescue_as_leader,
     settle,
 )
+from .registry import WorkerRow, explain, worker_register, worker_seen, worker_unregister, workers
 from .watchdog import AsyncWatchdog, Watchdog, sever
 
 __all__ = [
+    "BULK_BATCH",
+    "BULK_IDS_MAX",
+    "BULK_STATUSES",
     "DEPENDENCIES_LIMIT",
     "KEPT_CURSOR_MAX_ROWS",
     "PURGE_BATCH",
@@ -77,13 +83,18 @@ __all__ = [
     "TRANSACTION_IDLE_LIMIT",
     "WRITING_STATEMENTS",
     "AsyncWatchdog",
+    "BulkAction",
     "Fetch",
+    "JobFilter",
     "LeaderRun",
     "Operation",
     "StalledSession",
     "Steps",
     "Stmt",
     "Watchdog",
+    "WorkerRow",
+    "bulk",
+    "bulk_ids",
     "cancel",
     "claim",
     "complete",
@@ -94,6 +105,7 @@ __all__ = [
     "enqueue",
     "enqueue_traced",
     "error_set",
+    "explain",
     "fail",
     "get",
     "heartbeat",
@@ -123,4 +135,8 @@ __all__ = [
     "snooze",
     "trace_context_get",
     "wait_mark",
+    "worker_register",
+    "worker_seen",
+    "worker_unregister",
+    "workers",
 ]

@@ -276,11 +276,19 @@ def resume(queue: str) -> Operation[bool]:
 
 def queue_backlog(queues: Sequence[str] | None) -> Operation[list[dict[str, Any]]]:
     """Rows of the pgq.queue_backlog view for `queues` (None: all): per queue ready, scheduled,
-    running, expired_leases and oldest_ready_age_s (seconds, None when nothing is ready)."""
+    running, expired_leases and oldest_ready_age_s (seconds, None when nothing is ready), and
+    live_workers (registered live workers claiming from it, sql/queue_live_workers.sql). A queue of
+    `queues` without jobs has a row of zeros."""
     queue_list = _text_list("queues", queues)
 
     def steps() -> Steps[list[dict[str, Any]]]:
-        rows = yield Stmt("queue_backlog", {"queues": queue_list})
-        return [dict(row) for row in rows]
+        rows = {row["queue"]: dict(row) for row in (yield Stmt("queue_backlog", {"queues": queue_list}))}
+        for name in queue_list or ():
+            rows.setdefault(name, {"queue": name, "ready": 0, "scheduled": 0, "running": 0, "expired_leases": 0,
+                                   "oldest_ready_age_s": None})
+        live = yield Stmt("queue_live_workers", {"queues": sorted(rows)})
+        for row in live:
+            rows[row["queue"]]["live_workers"] = int(row["live_workers"])
+        return [rows[name] for name in sorted(rows)]
 
     return Operation("queue_backlog", steps, retry_safe=True)

@@ -15,6 +15,7 @@ from .admin import PURGE_BATCH
 from .core import WRITING_STATEMENTS, Operation, Steps, Stmt, T, _text_list
 from .driver import _GUARD_PARAMS
 from .jobs import RESCUE_BATCH, enqueue
+from .registry import WorkerRow
 
 
 def next_run_at(queues: Sequence[str] | None) -> Operation[float | None]:
@@ -40,23 +41,32 @@ class LeaderRun(Generic[T]):
     value: T | None
 
 
-def _leader(lock_key: int) -> Steps[tuple[bool, dt.datetime]]:
-    rows = yield Stmt("maintenance_lock", {"key": lock_key, **_GUARD_PARAMS})
+def _leader(lock_key: int, seen: WorkerRow | None = None) -> Steps[tuple[bool, dt.datetime]]:
+    # With `seen`, the same statement refreshes the worker's registry row (maintenance_lock_seen.sql).
+    if seen is None:
+        rows = yield Stmt("maintenance_lock", {"key": lock_key, **_GUARD_PARAMS})
+    else:
+        rows = yield Stmt("maintenance_lock_seen", {"key": lock_key, **_GUARD_PARAMS, **seen.params()})
+        seen.found = bool(rows[0]["seen"])
     return bool(rows[0]["leader"]), rows[0]["now"]
 
 
 def rescue_as_leader(
     lock_key: int, limit: int = RESCUE_BATCH, on_failure: Callable[[int, str], Sequence[JobSpec]] | None = None,
+    *, seen: WorkerRow | None = None, prune: bool = False,
 ) -> Operation[LeaderRun[list[tuple[int, str, str, str]]]]:
     """One transaction: take the rescue lock (`pg_try_advisory_xact_lock(lock_key)`), and when it was
     free, rescue up to `limit` expired attempts. Value: (job id, new status, queue, kind) per job
     rescued. `on_failure(job id, kind)`: the follow-up jobs of a job the rescue failed for good
-    (its last attempt expired), enqueued in the same transaction."""
+    (its last attempt expired), enqueued in the same transaction. `seen`: refresh this worker's
+    registry row in the lock's statement. `prune`: the leader also prunes stale registry rows."""
 
     def steps() -> Steps[LeaderRun[list[tuple[int, str, str, str]]]]:
-        leader, now = yield from _leader(lock_key)
+        leader, now = yield from _leader(lock_key, seen)
         if not leader:
             return LeaderRun(False, now, None)
+        if prune:
+            yield Stmt("worker_prune", {})
         rows = yield Stmt("job_rescue", {"limit": limit})
         rescued = [(row["id"], row["status"], row["queue"], row["kind"]) for row in rows]
         if on_failure is not None:
@@ -80,14 +90,15 @@ class StalledSession:
     stalled_s: float
 
 
-def end_stalled_as_leader(lock_key: int, after_s: float) -> Operation[LeaderRun[list[StalledSession]]]:
+def end_stalled_as_leader(lock_key: int, after_s: float, *,
+                          seen: WorkerRow | None = None) -> Operation[LeaderRun[list[StalledSession]]]:
     """One transaction: take the rescue lock, and when it was free, end every session of this
     database stuck for more than `after_s` seconds writing the result of one of pgq's writing
     statements to a client that stopped reading (see `stalled_session_end.sql`). Only sessions this
-    role may signal are considered. Value: the sessions ended."""
+    role may signal are considered. Value: the sessions ended. `seen`: as for `rescue_as_leader`."""
 
     def steps() -> Steps[LeaderRun[list[StalledSession]]]:
-        leader, now = yield from _leader(lock_key)
+        leader, now = yield from _leader(lock_key, seen)
         if not leader:
             return LeaderRun(False, now, None)
         rows = yield Stmt("stalled_session_end", {"after_s": after_s, "statements": list(WRITING_STATEMENTS)})

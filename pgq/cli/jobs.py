@@ -1,4 +1,5 @@
-"""`pgq jobs list|show|retry|cancel`: find, inspect and manage jobs."""
+"""`pgq jobs list|show|explain|retry|cancel|delete`: find, inspect and manage jobs, one by id or all
+that match filters (pgq.cli.bulk)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from typing import Any
 
 from ..client import Queue
 from ..errors import NotFound
+from ..insight import Explanation
 from ..models import Dependencies, Dependency, Job, JobStatus
 from .args import int_range, job_id, status_arg
+from .bulk import add_filters, has_filters, run_bulk
 from .common import EXIT_OK, CliError, Commands, Formatter, open_queue, queue_exists
 from .render import cell, dependencies_json, format_relative, jsonable, render_table
 
@@ -20,7 +23,14 @@ JOBS_LIST_MAX_LIMIT = 100_000
 DEPENDENCIES_SHOWN = 100
 """`pgq jobs show` lists at most this many parents and this many children (and says how many more)."""
 
-__all__ = ["format_dependencies", "format_job", "register"]
+__all__ = ["format_dependencies", "format_explanation", "format_job", "register"]
+
+
+_BULK = (
+    "\nIt works in batches (--batch jobs per transaction, lowest ids first, progress on stderr), each\n"
+    "recorded in pgq.job_audit with your database role; a run cut short can be run again. --dry-run\n"
+    "prints the count only. Needs pgq's admin role."
+)
 
 
 def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
@@ -28,8 +38,8 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
     p = commands.add_parser(
         "jobs",
         formatter_class=Formatter,
-        help="list, show, retry or cancel jobs",
-        description="List, show, retry or cancel jobs.",
+        help="list, show, explain, retry, cancel or delete jobs",
+        description="List, show, explain, retry, cancel or delete jobs.",
     )
     jobs = p.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)
 
@@ -71,10 +81,29 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
     q.set_defaults(handler=cmd_jobs_show)
 
     q = jobs.add_parser(
-        "retry", parents=[dsn], formatter_class=Formatter, help="queue a failed or cancelled job again",
-        description="Queue a failed or cancelled job again, with fresh attempts, due now.",
+        "explain", parents=[dsn], formatter_class=Formatter, help="say why a job is not running now",
+        description=(
+            "Say why a job is not running now, each reason with its facts, read in one snapshot by the\n"
+            "SQL function pgq.explain(ID) (the same answer in psql): scheduled for later, waiting for\n"
+            "parents, its queue paused, its kind's concurrency limit or rate window full, no live worker\n"
+            "claiming from its queue or none knowing its kind; or ready, with its position in its queue;\n"
+            "or running, or finished with its outcome."
+        ),
     )
     q.add_argument("id", metavar="ID", type=job_id, help="job id")
+    q.add_argument("--json", action="store_true", help="print the explanation as one JSON object")
+    q.set_defaults(handler=cmd_jobs_explain)
+
+    q = jobs.add_parser(
+        "retry", parents=[dsn], formatter_class=Formatter, help="queue failed or cancelled jobs again",
+        description=(
+            "Queue a failed or cancelled job again, with fresh attempts, due now; or, given filters\n"
+            "instead of an ID, every failed or cancelled job matching them all (a job whose dedupe key\n"
+            f"an active job holds is skipped).{_BULK}"
+        ),
+    )
+    q.add_argument("id", metavar="ID", type=job_id, nargs="?", help="job id (or filters)")
+    add_filters(q, "retry")
     q.set_defaults(handler=cmd_jobs_retry)
 
     q = jobs.add_parser(
@@ -84,11 +113,23 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
             "told at once and stops the handler: an async handler gets CancelledError at its next\n"
             "await, a sync handler sees pgq.cancel_requested() return True. Whatever the handler\n"
             "returns then is discarded. Jobs that depend on it are cancelled with it, unless they\n"
-            "were enqueued to run whatever their parents' outcome (on_parent_failure 'run')."
+            "were enqueued to run whatever their parents' outcome (on_parent_failure 'run').\n"
+            f"Given filters instead of an ID: every waiting, queued or running job matching them all.{_BULK}"
         ),
     )
-    q.add_argument("id", metavar="ID", type=job_id, help="job id")
+    q.add_argument("id", metavar="ID", type=job_id, nargs="?", help="job id (or filters)")
+    add_filters(q, "cancel")
     q.set_defaults(handler=cmd_jobs_cancel)
+
+    q = jobs.add_parser(
+        "delete", parents=[dsn], formatter_class=Formatter, help="delete finished jobs matching filters",
+        description=(
+            "Delete every finished (succeeded, failed or cancelled) job matching all the filters, with its\n"
+            f"dependency rows, as `pgq purge` does; rows another transaction holds are skipped.{_BULK}"
+        ),
+    )
+    add_filters(q, "delete")
+    q.set_defaults(handler=cmd_jobs_delete)
 
 
 def cmd_jobs_list(args: argparse.Namespace) -> int:
@@ -233,9 +274,39 @@ def cmd_jobs_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def format_explanation(explanation: Explanation) -> str:
+    """Render `Queue.explain()`: the job's status, then one line per reason (its code and sentence)."""
+    lines = [f"job {explanation.job_id} is {explanation.status.value}:"]
+    lines.extend(f"  {r.code}: {cell(r.detail)}" for r in explanation.reasons)
+    return "\n".join(lines)
+
+
+def cmd_jobs_explain(args: argparse.Namespace) -> int:
+    """`pgq jobs explain ID`: why the job is not running now (NotFound: exit 1)."""
+    with open_queue(args) as queue:
+        try:
+            explanation = queue.explain(args.id)
+        except NotFound:
+            raise CliError(f"job {args.id} not found") from None
+    if args.json:
+        print(json.dumps(explanation.to_json(), indent=2, ensure_ascii=False))
+    else:
+        print(format_explanation(explanation))
+    return EXIT_OK
+
+
+def _one_or_many(args: argparse.Namespace) -> bool:
+    # True: the command acts on job ID; False: on the jobs matching the filters. Both: a usage error.
+    if args.id is not None and (has_filters(args) or args.dry_run):
+        raise CliError("give either a job ID or filters, not both", 2)
+    return args.id is not None
+
+
 def cmd_jobs_retry(args: argparse.Namespace) -> int:
     """`pgq jobs retry ID`: queue a failed or cancelled job again, or make it wait for its unfinished
-    parents (NotFound / InvalidState: exit 1)."""
+    parents (NotFound / InvalidState: exit 1). With filters instead: every matching job (run_bulk)."""
+    if not _one_or_many(args):
+        return run_bulk(args, "retry")
     with open_queue(args) as queue:
         job = queue.retry(args.id)
     if job.status is JobStatus.WAITING:
@@ -247,8 +318,16 @@ def cmd_jobs_retry(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_cancel(args: argparse.Namespace) -> int:
-    """`pgq jobs cancel ID`: cancel a waiting, queued or running job (NotFound / InvalidState: exit 1)."""
+    """`pgq jobs cancel ID`: cancel a waiting, queued or running job (NotFound / InvalidState: exit 1).
+    With filters instead: every matching job (run_bulk)."""
+    if not _one_or_many(args):
+        return run_bulk(args, "cancel")
     with open_queue(args) as queue:
         job = queue.cancel(args.id)
     print(f"job {job.id} ({cell(job.kind)}) is cancelled")
     return EXIT_OK
+
+
+def cmd_jobs_delete(args: argparse.Namespace) -> int:
+    """`pgq jobs delete`: delete the finished jobs matching the filters (run_bulk)."""
+    return run_bulk(args, "delete")

@@ -7,14 +7,15 @@ import builtins
 import contextlib
 import datetime as dt
 import time
-from collections.abc import Iterable, Sequence
-from typing import Any, Self
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Self, Unpack
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
 from .. import _ops
 from ..errors import InvalidJob
+from ..insight import BulkResult, Explanation, JobFilters, WorkerInfo
 from ..models import FINISHED, JSON, Claim, Dependencies, Job, JobSpec, JobStatus, positive_seconds
 from .common import DEFAULT_LEASE as DEFAULT_LEASE
 from .common import (
@@ -455,6 +456,60 @@ class Queue:
         return self._run(
             _ops.list_jobs(status=status, queue=queue, kind=kind, limit=limit, before_id=before_id)
         )
+
+    def cancel_where(self, *, dry_run: bool = False, batch: int = _ops.BULK_BATCH, actor: str | None = None,
+                           progress: Callable[[BulkResult], None] | None = None,
+                           **filters: Unpack[JobFilters]) -> BulkResult:
+        """Cancel every waiting, queued or running job matching all the given filters, as `cancel`
+        does one: dependents follow, running handlers are interrupted. Filters and options: see
+        `retry_where`."""
+        return self._run(_ops.bulk("cancel", _ops.JobFilter(**filters), batch=batch, dry_run=dry_run,
+                                         actor=actor, progress=progress))
+
+    def retry_where(self, *, dry_run: bool = False, batch: int = _ops.BULK_BATCH, actor: str | None = None,
+                          progress: Callable[[BulkResult], None] | None = None,
+                          **filters: Unpack[JobFilters]) -> BulkResult:
+        """Retry every failed or cancelled job matching all the given filters, as `retry` does one
+        (a job whose dedupe key an active job holds is skipped).
+
+        Filters (JobFilters; absent: any): `queue`, `kind`; `status`, one or several of the statuses
+        the action applies to (the default: all of them); `error`, a case-insensitive substring of
+        the last error; `payload`, a JSON value the payload contains (`@>`); `created_after`,
+        `created_before`, `finished_after`, `finished_before`: ranges (after <= t < before,
+        timezone-aware). Works in batches of `batch` jobs, each its own short transaction (no
+        transaction locks more than one batch), lowest ids first, each job at most once per call; a
+        call cut short leaves its batches done and can be run again. Each batch is recorded in
+        pgq.job_audit (the jobs, the filters, `actor` and the database role). `dry_run`: only count
+        the matching jobs. `progress(result so far)` after each batch. Returns the counts
+        (BulkResult). Raises InvalidJob for a bad filter, before anything is sent; needs an
+        administrator's rights."""
+        return self._run(_ops.bulk("retry", _ops.JobFilter(**filters), batch=batch, dry_run=dry_run,
+                                         actor=actor, progress=progress))
+
+    def delete_where(self, *, dry_run: bool = False, batch: int = _ops.BULK_BATCH, actor: str | None = None,
+                           progress: Callable[[BulkResult], None] | None = None,
+                           **filters: Unpack[JobFilters]) -> BulkResult:
+        """Delete every finished (succeeded, failed, cancelled) job matching all the given filters,
+        with its dependency rows, as a purge does; rows another transaction holds are skipped.
+        Filters and options: see `retry_where`."""
+        return self._run(_ops.bulk("delete", _ops.JobFilter(**filters), batch=batch, dry_run=dry_run,
+                                         actor=actor, progress=progress))
+
+    def workers(self) -> builtins.list[WorkerInfo]:
+        """The worker registry (pgq.workers): every registered worker, live ones first, each with its
+        queues (None: all), the kinds it knows, its slots, state (running / draining), when it was
+        last seen, whether it is live, and the jobs it runs now. A worker killed without a clean
+        stop stays listed, not live, until the rescue prunes it (three leases)."""
+        return self._run(_ops.workers())
+
+    def explain(self, job_id: int) -> Explanation:
+        """Why job `job_id` is not running now, read in one snapshot by the SQL function
+        pgq.explain (which a DBA can call in psql for the same answer): each reason with its facts
+        (scheduled, waiting for parents, queue paused, a concurrency limit or rate window full, no
+        live worker serving its queue or knowing its kind), or "ready" with its position in its
+        queue, or how it finished, or that it runs. Raises NotFound for an unknown id, InvalidJob
+        for an id that is not an int."""
+        return self._run(_ops.explain(job_id))
 
     def dependencies(self, job_id: int, *, limit: int = _ops.DEPENDENCIES_LIMIT) -> Dependencies:
         """Job `job_id`'s parents (the jobs it depends on) and children (the jobs that depend on it),

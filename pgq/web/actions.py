@@ -1,4 +1,5 @@
-"""The dashboard's four actions: cancel and retry a job, pause and resume a queue. The pages' forms
+"""The dashboard's actions: cancel and retry a job, pause and resume a queue, and the bulk actions
+(cancel, retry or delete the selected jobs, or all that match the search's filters). The pages' forms
 and the API both come here, after their own CSRF checks; the work itself is pgq's client
 (AsyncQueue.cancel, .retry, .pause, .resume), so the dashboard changes jobs exactly as the CLI and the
 Python API do."""
@@ -7,15 +8,18 @@ from __future__ import annotations
 
 from typing import Literal
 
+from .. import _ops
+from ..insight import BulkResult
 from ..models import Job
 from . import queries
 from .dashboard import Dashboard
 from .errors import HttpError
 
-__all__ = ["JobAction", "QueueAction", "job_action", "queue_action"]
+__all__ = ["BulkAction", "JobAction", "QueueAction", "bulk_action", "bulk_count", "job_action", "queue_action"]
 
 JobAction = Literal["cancel", "retry"]
 QueueAction = Literal["pause", "resume"]
+BulkAction = _ops.BulkAction
 
 READ_ONLY = "this dashboard is read-only: it cancels, retries, pauses and resumes nothing (--read-only)"
 
@@ -48,3 +52,24 @@ async def queue_action(dash: Dashboard, action: QueueAction, name: str) -> bool:
     if action == "pause":
         return await queue.pause(name)
     return await queue.resume(name)
+
+
+async def bulk_count(dash: Dashboard, action: BulkAction, where: _ops.JobFilter) -> int:
+    """How many jobs `action` applied to `where` would change now (a dry run: reads only). Raises
+    pgq's InvalidJob (400) for a filter the action cannot take."""
+    queue = await dash.queue()
+    return (await queue._run(_ops.bulk(action, where, dry_run=True))).matched
+
+
+async def bulk_action(dash: Dashboard, action: BulkAction, *, where: _ops.JobFilter | None = None,
+                      ids: list[int] | None = None) -> BulkResult:
+    """Apply `action` to the jobs `ids` (one transaction), or to every job matching `where` (in
+    batches); recorded in pgq.job_audit with the dashboard's actor. Raises HttpError 403 (read-only,
+    no right) and InvalidJob (400)."""
+    await _allowed(dash, action)
+    queue = await dash.queue()
+    actor = dash.settings.actor
+    if ids is not None:
+        return await queue._run(_ops.bulk_ids(action, ids, actor=actor))
+    assert where is not None
+    return await queue._run(_ops.bulk(action, where, actor=actor))

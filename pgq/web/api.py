@@ -4,6 +4,7 @@
     GET  /api/jobs?queue=&kind=&status=&q=&limit=&cursor=
                                         newest first; `next_cursor` pages (keyset: see JobPage)
     GET  /api/jobs/{id}                 one job, with its parents and children
+    GET  /api/jobs/{id}/explain         why it is not running now (pgq.explain): its reasons and facts
     POST /api/jobs/{id}/cancel          -> {"job": ...}
     POST /api/jobs/{id}/retry           -> {"job": ...}
     POST /api/queues/{name}/pause       -> {"queue": name, "paused": true, "changed": bool}
@@ -80,6 +81,14 @@ class Api:
         if detail.job is None or detail.dependencies is None:
             raise HttpError(404, f"job {job_id} not found")
         return _json({"job": job_json(detail.job), "dependencies": dependencies_json(detail.dependencies)})
+
+    async def explain(self, request: Request) -> JSONResponse:
+        """`GET /api/jobs/{id}/explain`: ``{"job_id", "status", "reasons": [{"code", "detail", "facts"}]}``."""
+        job_id = params.job_id(request.path_params["job_id"])
+        explanation = await self.dash.read(queries.explain(job_id))
+        if explanation is None:
+            raise HttpError(404, f"job {job_id} not found")
+        return _json(explanation.to_json())
 
     async def job_action(self, action: actions.JobAction, request: Request) -> JSONResponse:
         """`POST /api/jobs/{id}/cancel|retry`."""

@@ -92,7 +92,9 @@ def create_app(
     if not isinstance(dsn_or_queue, str | AsyncQueue):
         raise PgqError(f"create_app needs a DSN or an AsyncQueue, got {type(dsn_or_queue).__name__}")
     secret = csrf_secret.encode() if isinstance(csrf_secret, str) else csrf_secret
-    dash = Dashboard(dsn_or_queue, Settings(read_only=read_only, refresh_s=float(refresh_s), title=title, app=app),
+    actor = "dashboard" if auth is None else f"dashboard:{auth[0]}"
+    dash = Dashboard(dsn_or_queue, Settings(read_only=read_only, refresh_s=float(refresh_s), title=title, app=app,
+                                            actor=actor),
                      csrf_secret=secret, pool_size=pool_size, pgbouncer=pgbouncer)
     pages, api = Pages(dash), Api(dash)
 
@@ -144,6 +146,8 @@ def _routes(pages: Pages, api: Api) -> list[BaseRoute]:
     return [
         Route("/", pages.overview),
         Route("/jobs", pages.jobs),
+        Route("/jobs/bulk", pages.bulk_confirm),
+        Route("/jobs/bulk", pages.bulk_action, methods=post),
         Route("/jobs/{job_id}", pages.job),
         Route("/jobs/{job_id}/cancel", p(pages.job_action, "cancel"), methods=post),
         Route("/jobs/{job_id}/retry", p(pages.job_action, "retry"), methods=post),
@@ -157,6 +161,7 @@ def _routes(pages: Pages, api: Api) -> list[BaseRoute]:
         Route("/api/queues", api.queues),
         Route("/api/jobs", api.jobs),
         Route("/api/jobs/{job_id}", api.job),
+        Route("/api/jobs/{job_id}/explain", api.explain),
         Route("/api/jobs/{job_id}/cancel", p(api.job_action, "cancel"), methods=post),
         Route("/api/jobs/{job_id}/retry", p(api.job_action, "retry"), methods=post),
         Route("/api/queues/{name:path}/pause", p(api.queue_action, "pause"), methods=post),

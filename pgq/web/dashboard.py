@@ -36,6 +36,9 @@ class Settings:
     refresh_s: float = 5.0
     title: str = "pgq"
     app: App | None = None
+    actor: str = "dashboard"
+    """Who the audit of a bulk action names (pgq.job_audit.actor): "dashboard", or with Basic auth
+    "dashboard:<user>"."""
 
 
 class Dashboard:

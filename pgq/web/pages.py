@@ -14,6 +14,7 @@ from urllib.parse import parse_qs
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from .. import _ops
 from ..models import JobStatus
 from . import actions, chart, params, queries
 from .dashboard import Dashboard
@@ -38,6 +39,8 @@ _NOTICES = {
 """The notices a page shows after an action (`?done=<key>`): fixed texts, nothing of the URL in them,
 so a link of another site cannot make the dashboard say what it likes."""
 MAX_FORM_FIELDS = 10
+BULK_FORM_MAX = 32_768
+"""Largest bulk form accepted, in bytes: up to BULK_IDS_MAX selected ids, or the search's filters."""
 
 
 @functools.cache
@@ -103,7 +106,8 @@ class Pages:
                            now=data.now, chart=chart.throughput_chart(t), sparklines=sparklines, can_pause=can_pause)
 
     async def jobs(self, request: Request) -> Response:
-        """`/jobs`: the filter form and a page of matching jobs, newest first."""
+        """`/jobs`: the filter form and a page of matching jobs, newest first, with the selection of bulk
+        actions; for the failed filter, the dead-letter groups (kind and error) first."""
         query = request.query_params
         filters = params.job_filter(query)
         cursor = params.cursor(query)
@@ -112,26 +116,71 @@ class Pages:
         names = await self.dash.read(queries.queue_names())
         app = self.dash.settings.app
         filter_params = {"queue": filters.queue, "kind": filters.kind,
-                         "status": filters.status.value if filters.status else None, "q": filters.text}
+                         "status": filters.status.value if filters.status else None, "q": filters.text,
+                         "payload": filters.payload}
+        groups = None
+        if filters.status is JobStatus.FAILED:
+            groups = await self.dash.read(queries.failed_groups(filters.queue, filters.kind))
+        can_bulk = False
+        if page.jobs and not self.dash.settings.read_only:
+            can_bulk = (await self.dash.read(queries.rights())).change_jobs
         if limit != JOBS_PER_PAGE:
             filter_params["limit"] = str(limit)
         return self.render(request, "jobs.html", section="jobs", page=page, now=page.now, filters=filters,
                            cursor=cursor, limit=limit, filter_params=filter_params, queue_names=names,
                            kind_names=sorted(app.tasks) if app is not None else [],
-                           statuses=[s.value for s in JobStatus])
+                           statuses=[s.value for s in JobStatus],
+                           can_bulk=can_bulk, groups=groups)
+
+    async def bulk_confirm(self, request: Request) -> Response:
+        """`GET /jobs/bulk?action=...&<the search's filters>`: how many jobs the action would change
+        now, and the form that applies it to all of them."""
+        query = request.query_params
+        action = _bulk_action(query.get("action", ""))
+        filters = params.job_filter(query)
+        count = await actions.bulk_count(self.dash, action, filters.bulk())
+        refusal = actions.READ_ONLY if self.dash.settings.read_only else (
+            await self.dash.read(queries.rights())).refusal(action)
+        return self.render(request, "bulk.html", section="jobs", action=action, filters=filters,
+                           described=filters.bulk().describe(action), count=count, refusal=refusal, result=None,
+                           filter_params={"queue": filters.queue, "kind": filters.kind, "q": filters.text,
+                                          "status": filters.status.value if filters.status else None,
+                                          "payload": filters.payload})
+
+    async def bulk_action(self, request: Request) -> Response:
+        """`POST /jobs/bulk` from the jobs page (fields `action` and the selected `id`s) or from the
+        confirmation page (`action`, `all=1` and the search's filters): apply it, then show what it did."""
+        fields = await self._check_form(request, max_bytes=BULK_FORM_MAX, max_fields=_ops.BULK_IDS_MAX + 16)
+        last = {k: v[-1] for k, v in fields.items() if v}
+        action = _bulk_action(last.get("action", ""))
+        if last.get("all") == "1":
+            filters = params.job_filter(last)
+            result = await actions.bulk_action(self.dash, action, where=filters.bulk())
+        else:
+            filters = params.job_filter({})
+            ids = [params.job_id(i) for i in fields.get("id", [])]
+            if not ids:
+                raise HttpError(400, "select at least one job")
+            if len(ids) > _ops.BULK_IDS_MAX:
+                raise HttpError(400, f"select at most {_ops.BULK_IDS_MAX} jobs (or apply to all matching)")
+            result = await actions.bulk_action(self.dash, action, ids=ids)
+        return self.render(request, "bulk.html", section="jobs", action=action, filters=filters,
+                           described=None, count=result.matched, refusal=None, result=result,
+                           filter_params={})
 
     async def job(self, request: Request) -> Response:
-        """`/jobs/{id}`: every field of the job, its parents and children, and cancel / retry where they
-        apply."""
+        """`/jobs/{id}`: every field of the job, its parents and children, why it is not running, and
+        cancel / retry where they apply."""
         job_id = params.job_id(request.path_params["job_id"])
         detail = await self.dash.read(queries.job_detail(job_id))
         if detail.job is None:
             raise HttpError(404, f"job {job_id} not found")
         return self.render(request, "job.html", live="_job.html", section="jobs", job=detail.job,
-                           deps=detail.dependencies, now=detail.now, rights=detail.rights)
+                           deps=detail.dependencies, now=detail.now, rights=detail.rights,
+                           explanation=detail.explanation)
 
     async def workers(self, request: Request) -> Response:
-        """`/workers`: workers holding jobs, and the running jobs."""
+        """`/workers`: every registered worker (idle ones too) and those holding jobs, and the running jobs."""
         data = await self.dash.read(queries.workers())
         return self.render(request, "workers.html", live="_workers.html", section="workers", data=data, now=data.now,
                            running_limit=queries.RUNNING_LIMIT)
@@ -170,7 +219,8 @@ class Pages:
         await actions.queue_action(self.dash, action, name)
         return RedirectResponse(f"{base_path(request)}/?done={action}", status_code=303)
 
-    async def _check_form(self, request: Request) -> dict[str, list[str]]:
+    async def _check_form(self, request: Request, *, max_bytes: int = 0,
+                          max_fields: int = 0) -> dict[str, list[str]]:
         if self.dash.settings.read_only:
             raise HttpError(403, actions.READ_ONLY)
         media = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -181,14 +231,26 @@ class Pages:
         body = b""
         async for chunk in request.stream():
             body += chunk
-            if len(body) > FORM_MAX:
+            if len(body) > (max_bytes or FORM_MAX):
                 raise HttpError(413, "the form is too large")
+        most = max_fields or MAX_FORM_FIELDS
         try:
-            fields = parse_qs(body.decode("latin-1"), max_num_fields=MAX_FORM_FIELDS)
+            fields = parse_qs(body.decode("latin-1"), max_num_fields=most)
         except ValueError:
-            raise HttpError(400, f"the form has more than {MAX_FORM_FIELDS} fields") from None
+            raise HttpError(400, f"the form has more than {most} fields") from None
         self.dash.csrf.check_form(request, {CSRF_FIELD: (fields.get(CSRF_FIELD) or [""])[-1]})
         return fields
+
+
+def _bulk_action(text: str) -> actions.BulkAction:
+    """The `action` of a bulk form or confirmation: cancel, retry or delete (400 otherwise)."""
+    action = _BULK_ACTIONS.get(text)
+    if action is None:
+        raise HttpError(400, "action must be cancel, retry or delete")
+    return action
+
+
+_BULK_ACTIONS: dict[str, actions.BulkAction] = {"cancel": "cancel", "retry": "retry", "delete": "delete"}
 
 
 def _notice(request: Request) -> str | None:

@@ -4,13 +4,14 @@ malformed request never reaches the database (where it could only fail as a 500)
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 from ..models import JobStatus
 from .errors import HttpError
 from .queries import JobFilter
 
-__all__ = ["BIGINT_MAX", "MAX_LIMIT", "MAX_TEXT", "cursor", "job_filter", "job_id", "limit", "queue_name"]
+__all__ = ["BIGINT_MAX", "MAX_LIMIT", "MAX_TEXT", "cursor", "job_filter", "job_id", "limit", "payload", "queue_name"]
 
 BIGINT_MAX = 2**63 - 1
 MAX_LIMIT = 500
@@ -63,9 +64,9 @@ def _optional(params: Mapping[str, str], key: str, what: str) -> str | None:
 
 
 def job_filter(params: Mapping[str, str]) -> JobFilter:
-    """The search's filters from query parameters `status`, `queue`, `kind` and `q` (text in the dedupe
-    key or the error); an absent or empty parameter filters nothing. The status must be one of
-    pgq's (any case)."""
+    """The search's filters from query parameters `status`, `queue`, `kind`, `q` (text in the dedupe
+    key or the error) and `payload` (JSON the payload contains); an absent or empty parameter
+    filters nothing. The status must be one of pgq's (any case)."""
     status_text = _optional(params, "status", "status")
     status = None
     if status_text is not None:
@@ -77,7 +78,24 @@ def job_filter(params: Mapping[str, str]) -> JobFilter:
     text = _optional(params, "q", "the search text")
     return JobFilter(status=status, queue=_optional(params, "queue", "the queue"),
                      kind=_optional(params, "kind", "the kind"),
-                     text=None if text is None or not text.strip() else text.strip())
+                     text=None if text is None or not text.strip() else text.strip(),
+                     payload=payload(params))
+
+
+def payload(params: Mapping[str, str]) -> str | None:
+    """Query parameter `payload`: JSON text (the payload must contain it, jsonb `@>`), re-encoded;
+    None when absent or blank. 400 for text that is not JSON, or holds NUL characters."""
+    text = _optional(params, "payload", "the payload filter")
+    if text is None or not text.strip():
+        return None
+    try:
+        value = json.loads(text)
+        encoded = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (ValueError, RecursionError):
+        raise HttpError(400, f"the payload filter must be JSON, e.g. {{\"tenant\": 7}}; got {_shown(text)}") from None
+    if "\\u0000" in encoded or "\x00" in encoded:
+        raise HttpError(400, "the payload filter must not contain NUL characters")
+    return encoded
 
 
 def limit(params: Mapping[str, str], default: int) -> int:

@@ -11,12 +11,14 @@ here counts the whole table.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import _ops
+from ..insight import Explanation
 from ..models import Dependencies, Job, JobStatus
 from ..tasks import Periodic
 
@@ -99,8 +101,9 @@ class Rights:
     pause: bool
 
     def refusal(self, action: str) -> str | None:
-        """Why the role may not do `action` ("cancel", "retry", "pause" or "resume"); None if it may."""
-        if action in ("cancel", "retry") and not self.change_jobs:
+        """Why the role may not do `action` ("cancel", "retry", "delete", "pause" or "resume"); None if it
+        may."""
+        if action in ("cancel", "retry", "delete") and not self.change_jobs:
             return (f"the database role {self.role!r} may not cancel or retry jobs: that takes pgq's admin "
                     "role (pgq_admin by default; see `pgq roles`)")
         if action in ("pause", "resume") and not self.pause:
@@ -213,7 +216,8 @@ def overview(finished_cap: int = FINISHED_CAP) -> _ops.Operation[Overview]:
         throughput = _throughput(now, finished, by_name, finished_cap)
         workers = yield _ops.Stmt("dashboard_workers", {})
         who = yield from _rights()
-        return Overview(now, [by_name[n] for n in sorted(by_name)], throughput, len(workers), who)
+        busy = sum(1 for w in workers if w["running"])
+        return Overview(now, [by_name[n] for n in sorted(by_name)], throughput, busy, who)
 
     return _read("dashboard_overview", steps)
 
@@ -249,17 +253,24 @@ def _throughput(now: dt.datetime, rows: Sequence[Any], by_name: dict[str, QueueS
 @dataclass(frozen=True, slots=True)
 class JobFilter:
     """The job search's filters; None: any. `text` is looked for in the dedupe key and the last error,
-    ignoring case."""
+    ignoring case; `payload` is JSON text the payload must contain (jsonb `@>`)."""
 
     status: JobStatus | None = None
     queue: str | None = None
     kind: str | None = None
     text: str | None = None
+    payload: str | None = None
 
     @property
     def active(self) -> bool:
         """Whether any filter is set."""
-        return any(v is not None for v in (self.status, self.queue, self.kind, self.text))
+        return any(v is not None for v in (self.status, self.queue, self.kind, self.text, self.payload))
+
+    def bulk(self) -> _ops.JobFilter:
+        """These filters as a bulk action's: the text as the error's (a bulk action does not look in
+        dedupe keys)."""
+        return _ops.JobFilter(queue=self.queue, kind=self.kind, status=self.status, error=self.text,
+                              payload=None if self.payload is None else json.loads(self.payload))
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,7 +306,7 @@ def find_jobs(
         high = int(bounds["max_id"]) + 1 if before is None else min(before, int(bounds["max_id"]) + 1)
         found: list[dict[str, Any]] = []
         params = {"status": None if filters.status is None else filters.status.value, "queue": filters.queue,
-                  "kind": filters.kind, "text": filters.text}
+                  "kind": filters.kind, "text": filters.text, "payload": filters.payload}
         while high > low_end:
             low = max(high - window, low_end)
             window_started = time.monotonic()
@@ -325,22 +336,46 @@ class JobDetail:
     dependencies: Dependencies | None
     now: dt.datetime
     rights: Rights
+    explanation: Explanation | None = None
 
 
 def job_detail(job_id: int) -> _ops.Operation[JobDetail]:
-    """One job (sql/job_get.sql, through pgq's own `get`) and its dependencies (sql/job_dependencies.sql,
-    through `dependencies`: at most DEPENDENCIES_SHOWN a side), with the clock and the rights."""
+    """One job (sql/job_get.sql, through pgq's own `get`), its dependencies (sql/job_dependencies.sql,
+    through `dependencies`: at most DEPENDENCIES_SHOWN a side) and why it is not running
+    (sql/job_explain.sql), with the clock and the rights."""
 
     def steps() -> _ops.Steps[JobDetail]:
         now = yield from _guard()
         who = yield from _rights()
         job = yield from _ops.get(job_id).steps()
-        deps = None
+        deps = explanation = None
         if job is not None:
             deps = yield from _ops.dependencies(job_id, limit=DEPENDENCIES_SHOWN).steps()
-        return JobDetail(job, deps, now, who)
+            explanation = Explanation.from_rows(job_id, (yield _ops.Stmt("job_explain", {"id": job_id})))
+        return JobDetail(job, deps, now, who, explanation)
 
     return _read("dashboard_job", steps)
+
+
+def failed_groups(queue: str | None, kind: str | None) -> _ops.Operation[list[dict[str, Any]]]:
+    """The failed jobs of `queue` and `kind` (None: all) grouped by kind and first line of error, with
+    count, first and last seen (sql/dashboard_failed_groups.sql)."""
+
+    def steps() -> _ops.Steps[list[dict[str, Any]]]:
+        yield from _guard()
+        return [dict(r) for r in (yield _ops.Stmt("dashboard_failed_groups", {"queue": queue, "kind": kind}))]
+
+    return _read("dashboard_failed_groups", steps)
+
+
+def explain(job_id: int) -> _ops.Operation[Explanation | None]:
+    """Why job `job_id` is not running now (sql/job_explain.sql); None when there is no such job."""
+
+    def steps() -> _ops.Steps[Explanation | None]:
+        yield from _guard()
+        return Explanation.from_rows(job_id, (yield _ops.Stmt("job_explain", {"id": job_id})))
+
+    return _read("job_explain", steps)
 
 
 def queue_names() -> _ops.Operation[list[str]]:
@@ -358,7 +393,7 @@ def queue_names() -> _ops.Operation[list[str]]:
 
 @dataclass(frozen=True, slots=True)
 class Workers:
-    """The workers holding jobs (rows of sql/dashboard_workers.sql) and the running jobs, longest
+    """Every worker, registered or holding jobs (rows of sql/dashboard_workers.sql), and the running jobs, longest
     running first (sql/dashboard_running.sql, at most RUNNING_LIMIT)."""
 
     now: dt.datetime

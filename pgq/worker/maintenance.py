@@ -29,6 +29,7 @@ from ..errors import NotMigrated, one_line
 from ..metrics import Metrics
 from ..models import JobSpec
 from ..tasks import AnyTask, Periodic, follow_up_spec
+from .registry import Registry
 
 __all__ = [
     "PERIODIC_LOCK_KEY",
@@ -77,6 +78,9 @@ class Rescuer:
 
     `tasks`: the worker's tasks by kind; a job of one with `on_failure` that the rescue fails for good
     (its last attempt's lease expired) gets that follow-up in the rescue's transaction.
+
+    `registry`: the worker's registry row, refreshed by the first statement of each run (leader or
+    not); the leader also prunes stale registry rows (see pgq.worker.registry).
     """
 
     def __init__(
@@ -87,6 +91,7 @@ class Rescuer:
         metrics: Metrics | None = None,
         stalled_after: float | None = None,
         tasks: Mapping[str, AnyTask] | None = None,
+        registry: Registry | None = None,
     ) -> None:
         if stalled_after is not None and not stalled_after > 0:
             raise ValueError(f"stalled_after must be positive, got {stalled_after!r}")
@@ -96,6 +101,7 @@ class Rescuer:
         self._stalled_after = stalled_after
         self._tasks: Mapping[str, AnyTask] = tasks or {}
         self._on_failure = self._follow_ups if any(t.on_failure is not None for t in self._tasks.values()) else None
+        self._registry = registry
 
     def _follow_ups(self, job_id: int, kind: str) -> list[JobSpec]:
         """The `on_failure` job of job `job_id` of `kind` that the rescue failed for good (none when
@@ -114,15 +120,37 @@ class Rescuer:
         psycopg.OperationalError when the database is unreachable (a batch that committed before
         stays done).
         """
+        registry = self._registry
+        if registry is None or not registry.enabled:
+            return await self._run_once(None, prune=False)
+        seen = registry.for_refresh()
+        try:
+            return await self._run_once(seen, prune=True)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            if "worker_" not in str(exc):
+                raise
+            # The registry's functions are refused to this role: the rescue goes on without them.
+            registry.refused(exc)
+            seen = None
+            return await self._run_once(None, prune=False)
+        finally:
+            await registry.refreshed(seen)
+
+    async def _run_once(self, seen: _ops.WorkerRow | None, *, prune: bool) -> StepResult:
+        # `seen` goes with the run's first statement (then it is None); `prune` with the first batch.
         ended: int | None = None
-        stalled = await self._end_stalled()
+        stalled = await self._end_stalled(seen)
         if stalled is not None:
+            seen = None
             if stalled.value is None:
                 return StepResult(False)
             ended = len(stalled.value)
         requeued = failed = 0
+        first = prune
         while True:
-            run = await self._queue._run(_ops.rescue_as_leader(RESCUE_LOCK_KEY, self._batch, self._on_failure))
+            run = await self._queue._run(_ops.rescue_as_leader(RESCUE_LOCK_KEY, self._batch, self._on_failure,
+                                                               seen=seen, prune=first))
+            seen, first = None, False
             if run.value is None:
                 if requeued or failed or ended is not None:  # lost the lock since: someone else goes on
                     break
@@ -143,13 +171,13 @@ class Rescuer:
             counts["sessions_ended"] = ended
         return StepResult(True, counts)
 
-    async def _end_stalled(self) -> _ops.LeaderRun[list[_ops.StalledSession]] | None:
+    async def _end_stalled(self, seen: _ops.WorkerRow | None) -> _ops.LeaderRun[list[_ops.StalledSession]] | None:
         # The stalled-session step (None when off, or refused to this role: then said once and off,
         # for this extra must never stop the rescue itself). Logs each session ended.
         if self._stalled_after is None:
             return None
         try:
-            run = await self._queue._run(_ops.end_stalled_as_leader(RESCUE_LOCK_KEY, self._stalled_after))
+            run = await self._queue._run(_ops.end_stalled_as_leader(RESCUE_LOCK_KEY, self._stalled_after, seen=seen))
         except psycopg.errors.InsufficientPrivilege as exc:
             logger.warning("ending stalled sessions is disabled in this worker: %s; expired leases are "
                            "still rescued", one_line(exc), extra={"event": "maintenance_refused",
@@ -287,8 +315,8 @@ class Maintenance:
     Periodic runs follow the ticks. A failing step (database down) is logged and retried with
     backoff; it never ends the loop, except NotMigrated, which is raised. A step the database refuses
     to the worker's role (InsufficientPrivilege) is logged once and not run again by this worker. `metrics`
-    counts rescues. `stalled_after` and `tasks`: see `Rescuer` (a worker passes half its lease, and its
-    app's tasks).
+    counts rescues. `stalled_after`, `tasks` and `registry`: see `Rescuer` (a worker passes half its
+    lease, its app's tasks and its registry row).
     """
 
     def __init__(
@@ -304,9 +332,10 @@ class Maintenance:
         metrics: Metrics | None = None,
         stalled_after: float | None = None,
         tasks: Mapping[str, AnyTask] | None = None,
+        registry: Registry | None = None,
     ) -> None:
         self._queue = queue
-        self.rescuer = Rescuer(queue, metrics=metrics, stalled_after=stalled_after, tasks=tasks)
+        self.rescuer = Rescuer(queue, metrics=metrics, stalled_after=stalled_after, tasks=tasks, registry=registry)
         self.periodic = PeriodicEnqueuer(queue, periodic)
         self.retention = None if retention is None else Retention(queue, retention)
         self._rescue_interval = rescue_interval

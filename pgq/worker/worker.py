@@ -32,6 +32,7 @@ from .config import WorkerConfig
 from .leases import Heartbeat
 from .maintenance import Maintenance
 from .producer import Producer
+from .registry import Registry
 from .runner import Runner
 from .shutdown import shut_down
 from .state import COUNTERS, ProcessTracer, WorkerState
@@ -157,6 +158,9 @@ class Worker:
         state.start = runner.start
         producer = Producer(state, queue, acks, self.app.tasks, self._fail_fatally, traced=tracer is not None)
         await pool.open()
+        registry = Registry(queue, claimed_by=cfg.claimed_by, queues=cfg.queues, kinds=self.app.tasks,
+                            slots=cfg.concurrency, lease_s=cfg.lease,
+                            interval=cfg.effective_rescue_interval if cfg.maintenance else cfg.lease / 2)
         self.app._bind_async_queue(loop, queue)
         installed = self._install_signals(loop, force=handle_signals is True) if handle_signals is not False else []
         background: list[asyncio.Task[Any]] = []
@@ -170,6 +174,7 @@ class Worker:
                         extra={"event": "worker_start", "worker": cfg.claimed_by})
             for warning in queue_warnings(self.app, cfg.queues, periodic=cfg.maintenance):
                 logger.warning(warning, extra={"event": "worker_queue_warning", "worker": cfg.claimed_by})
+            background.append(self._spawn(registry.run(), "registry"))
             background.append(self._spawn(acks.run(), "flusher"))
             # Without LISTEN, cancellations are learnt by reading the leases every poll interval.
             heartbeat = Heartbeat(state, queue, acks, runner,
@@ -183,12 +188,15 @@ class Worker:
                                           rescue_interval=cfg.effective_rescue_interval,
                                           retention=cfg.retention, retention_interval=cfg.retention_interval,
                                           metrics=self.metrics, stalled_after=cfg.lease / 2,
-                                          tasks=self.app.tasks)
+                                          tasks=self.app.tasks, registry=registry)
                 background.append(self._spawn(maintenance.run(), "maintenance"))
             producing = self._spawn(producer.run(), "producer")
             background.append(producing)
             await state.stopping.wait()
+            draining = self._spawn(registry.drain(), "registry-drain")
             await shut_down(state, producing, acks, runner)
+            await asyncio.gather(draining, return_exceptions=True)
+            await registry.unregister()
         finally:
             for run in state.running.values():  # only left when run_async itself was cancelled
                 if run.task is not None:

@@ -83,6 +83,11 @@ GRANT USAGE ON SCHEMA pgq TO {producer};
 -- Read jobs, the views, the version table (clients check the schema revision at start) and the
 -- small bookkeeping tables.
 GRANT SELECT ON ALL TABLES IN SCHEMA pgq TO {producer};
+-- ... except the worker registry's secret tokens (revision 0013): every column of pgq.workers but
+-- `token`, which fences each worker's writes to its own row.
+REVOKE SELECT ON pgq.workers FROM {producer};
+GRANT SELECT (id, claimed_by, host, pid, queues, kinds, slots, lease_s, refresh_s, started_at, last_seen,
+              version, state, role) ON pgq.workers TO {producer};
 GRANT EXECUTE ON FUNCTION
     pgq.enqueue(text, jsonb, text, integer, timestamptz, text, bigint, integer, bigint[], text),
     pgq.enqueue_many(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], text[], bigint[],
@@ -139,5 +144,11 @@ GRANT EXECUTE ON FUNCTION
     pgq.rescue(integer),
     pgq.error_set(bigint, uuid, text),
     -- What a finish could not see (revision 0012): children and waits committed after it.
-    pgq.settle(integer)
+    pgq.settle(integer),
+    -- The worker registry (revision 0013): its own row only, under the token its registration
+    -- returned; the prune deletes only rows stale for three leases.
+    pgq.worker_register(text, text, integer, text[], text[], integer, double precision, double precision, text),
+    pgq.worker_seen(uuid, uuid, text),
+    pgq.worker_unregister(uuid, uuid),
+    pgq.worker_prune()
     TO {worker};

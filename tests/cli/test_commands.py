@@ -572,7 +572,8 @@ def _all_commands() -> list[list[str]]:
 
 def test_every_command_is_covered_by_the_help_test() -> None:
     names = {" ".join(path) for path in _all_commands()}
-    assert names == {"", "migrate", "worker", "enqueue", "status", "jobs", "jobs list", "jobs show", "jobs retry",
+    assert names == {"", "migrate", "worker", "enqueue", "status", "workers", "jobs", "jobs list", "jobs show",
+                     "jobs explain", "jobs retry", "jobs delete",
                      "jobs cancel", "purge", "demo", "bench", "roles", "queue", "queue list", "queue pause",
                      "queue resume", "dashboard"}
 

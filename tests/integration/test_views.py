@@ -127,13 +127,13 @@ def test_failing_jobs_ranks_queue_kinds_by_failures_with_their_most_frequent_err
     ]
 
 
-def test_workers_summarizes_running_jobs_per_worker(db: SQL) -> None:
+def test_busy_workers_summarizes_running_jobs_per_worker(db: SQL) -> None:
     running(db, queue="q1", kind="x", started_s_ago=100, claimed_by="host-1")
     running(db, queue="q2", kind="y", started_s_ago=10, claimed_by="host-1")
     running(db, queue="q1", kind="x", started_s_ago=50, lease_s=-1, claimed_by="host-2")
     finished(db, "succeeded", queue="q1", finished_s_ago=1, claimed_by="host-3")
 
-    rows = {r["worker"]: r for r in db("SELECT * FROM pgq.workers")}
+    rows = {r["worker"]: r for r in db("SELECT * FROM pgq.busy_workers")}
 
     assert set(rows) == {"host-1", "host-2"}
     one, two = rows["host-1"], rows["host-2"]
@@ -142,7 +142,7 @@ def test_workers_summarizes_running_jobs_per_worker(db: SQL) -> None:
     assert (two["running"], two["expired_leases"]) == (1, 1)
 
 
-@pytest.mark.parametrize("view", ["queue_backlog", "stuck_jobs", "failing_jobs", "workers"])
+@pytest.mark.parametrize("view", ["queue_backlog", "stuck_jobs", "failing_jobs", "busy_workers"])
 def test_view_plan_never_scans_the_finished_jobs(db: SQL, view: str) -> None:
     db("""
         INSERT INTO pgq.jobs (queue, kind, status, started_at, finished_at, attempts)

@@ -250,7 +250,7 @@ def test_every_table_column_view_function_and_type_has_a_comment(pgq_dsn: str) -
     uncommented += [("function", row[0]) for row in snapshot["functions"] if not row[3]]
     uncommented += [("type", row[0]) for row in snapshot["types"] if row[1] == "e" and not row[2]]
     assert tables == {"jobs", "key_watermarks", "concurrency_limits", "paused_queues", "rate_limits",
-                      "rate_limit_starts", "job_dependencies", "awaited_jobs"}
+                      "rate_limit_starts", "job_dependencies", "awaited_jobs", "workers", "job_audit"}
     assert uncommented == []
     assert snapshot["schema"][0][1]
 
@@ -600,7 +600,7 @@ def test_0015_adds_the_trace_context_and_its_downgrade_removes_it(pgq_dsn: str) 
     with pgq.Queue(pgq_dsn) as queue:
         queue.enqueue("k")
 
-    migrate.downgrade(pgq_dsn, "0012")
+    migrate.downgrade(pgq_dsn, "0013")
 
     assert query(pgq_dsn, column) == [] and query(pgq_dsn, setter) == []
     assert query(pgq_dsn, "SELECT count(*) FROM pgq.jobs") == [(1,)]  # the jobs stay

@@ -3,6 +3,8 @@ and the 400 / 404 / 405 / 409 answers to bad requests (never a 500)."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
 from pgq import Queue
@@ -250,12 +252,33 @@ def test_workers_and_limits(dashboard: Client, pgq_queue: Queue) -> None:
     client = dashboard()
 
     workers = client.get("/api/workers").json()
-    assert [(w["worker"], w["running"], w["queues"]) for w in workers["workers"]] == [("host-1", 2, ["q"])]
+    assert [(w["worker"], w["running"], w["queues"], w["registered"]) for w in workers["workers"]] == [
+        ("host-1", 2, ["q"], False)]
     assert len(workers["running"]) == 2
 
     limits = client.get("/api/limits").json()
     assert [(c["kind"], c["max_running"], c["running"]) for c in limits["concurrency"]] == [("k", 3, 2)]
     assert [(r["kind"], r["max_starts"], r["per_s"]) for r in limits["rate"]] == [("k", 10, 60.0)]
+
+
+def test_workers_include_idle_registered_ones(dashboard: Client, pgq_queue: Queue, db: SQL) -> None:
+    db("SELECT * FROM pgq.worker_register('idle', 'h', 1, '{q}', '{k}', 4, 30, 15, 'v')")
+    workers = dashboard().get("/api/workers").json()["workers"]
+    assert [(w["worker"], w["registered"], w["live"], w["running"], w["serves"], w["knows"], w["slots"])
+            for w in workers] == [("idle", True, True, 0, ["q"], ["k"], 4)]
+    assert "token" not in workers[0]
+
+
+def test_explain_answers_the_reasons_and_404_for_an_unknown_job(dashboard: Client, pgq_queue: Queue) -> None:
+    job_id = pgq_queue.enqueue("k", queue="q", delay=3600)
+    client = dashboard()
+    body = client.get(f"/api/jobs/{job_id}/explain").json()
+    assert (body["job_id"], body["status"]) == (job_id, "queued")
+    assert [r["code"] for r in body["reasons"]] == ["scheduled", "no_live_worker"]
+    job = pgq_queue.get(job_id)
+    assert job is not None and dt.datetime.fromisoformat(body["reasons"][0]["facts"]["run_at"]) == job.run_at
+    assert client.get("/api/jobs/99999/explain").status_code == 404
+    assert client.get("/api/jobs/x/explain").status_code == 400
 
 
 def test_a_database_that_is_not_migrated_is_a_503_that_says_so(dashboard: Client, pgq_empty_dsn: str) -> None:

@@ -279,3 +279,61 @@ def test_workers_schedules_and_limits_pages(page: Any, pgq_queue: Queue) -> None
     expect(page.locator("#rate-limits")).to_contain_text("100 per minute")
     page.click("nav >> text=Schedules")
     expect(page.locator(".empty-state")).to_contain_text("--app")
+
+
+def test_workers_page_shows_idle_workers_and_the_job_page_explains(page: Any, pgq_queue: Queue, db: SQL) -> None:
+    db("SELECT * FROM pgq.worker_register('idle-host-7', 'box-a', 4101, '{billing}', '{charge_card}', 8, 30, 15, "
+       "'0.2.0')")
+    db("SELECT * FROM pgq.worker_register('busy-host-9', 'box-b', 4102, NULL, '{charge_card,refund}', 4, 30, 15, "
+       "'0.2.0')")
+    held = pgq_queue.enqueue_many([{"kind": "charge_card", "queue": "billing"} for _ in range(2)])
+    pgq_queue.claim(worker="busy-host-9", limit=2)
+    pgq_queue.set_concurrency_limit("charge_card", 2)
+    blocked = pgq_queue.enqueue("charge_card", queue="billing")
+
+    page.goto("/workers")
+    rows = page.locator("#workers tbody tr")
+    expect(rows).to_have_count(2)
+    expect(rows.nth(0)).to_contain_text("busy-host-9")
+    expect(rows.nth(0).locator(".badge")).to_have_text("busy")
+    expect(rows.nth(1)).to_contain_text("idle-host-7")
+    expect(rows.nth(1).locator(".badge")).to_have_text("idle")
+    for job_id in held:
+        expect(rows.nth(0).locator(f'a[href$="/jobs/{job_id}"]')).to_have_count(1)
+    page.screenshot(path=str(artifacts() / "workers-registry.png"), full_page=True)
+
+    page.goto(f"/jobs/{blocked}")
+    panel = page.locator("#explain")
+    expect(panel).to_contain_text("Why is it not running?")
+    expect(panel.locator("[data-reason]")).to_have_count(1)
+    expect(panel.locator('[data-reason="concurrency_limit_full"]')).to_contain_text("2 of 2 running")
+    page.screenshot(path=str(artifacts() / "job-explain.png"), full_page=True)
+    panel.locator(f'a[href$="/jobs/{held[0]}"]').click()  # a holder of the limit
+    expect(page.locator('#explain [data-reason="running"]')).to_contain_text("running on busy-host-9")
+
+
+def test_bulk_selection_and_apply_to_all_matching(page: Any, pgq_queue: Queue, db: SQL) -> None:
+    ids = [pgq_queue.enqueue("send_mail", {"tenant": 7 if i < 4 else 8}, queue="mail", max_attempts=1)
+           for i in range(6)]
+    for claim in pgq_queue.claim(worker="w", queues=["mail"], limit=6):
+        pgq_queue.fail(claim, "SMTPServerDisconnected: Connection unexpectedly closed")
+
+    page.goto("/jobs?status=failed")
+    page.check(f'input[name="id"][value="{ids[5]}"]')
+    page.check(f'input[name="id"][value="{ids[4]}"]')
+    expect(page.locator("#selected-count")).to_have_text("2")
+    page.screenshot(path=str(artifacts() / "jobs-selection.png"), full_page=True)
+    page.click('#bulk-selected button[value="retry"]')  # the confirm() is accepted
+    expect(page.locator(".bulk-result")).to_contain_text("2 jobs retried")
+    assert {r["id"] for r in db("SELECT id FROM pgq.jobs WHERE status = 'queued'")} == {ids[4], ids[5]}
+
+    page.goto('/jobs?status=failed&payload={"tenant":7}')
+    expect(page.locator("#jobs tbody tr")).to_have_count(4)
+    page.click("#retry-all")
+    expect(page.locator("#bulk-count")).to_have_text("4")
+    expect(page.locator("#bulk-apply button")).to_have_text("Retry all 4 jobs")
+    page.screenshot(path=str(artifacts() / "bulk-confirm.png"), full_page=True)
+    page.click("#bulk-apply button")
+    expect(page.locator(".bulk-result")).to_contain_text("4 jobs retried")
+    assert db("SELECT count(*) AS n FROM pgq.jobs WHERE status = 'queued'") == [{"n": 6}]
+    assert [r["actor"] for r in db("SELECT actor FROM pgq.job_audit ORDER BY id")] == [f"dashboard:{USER}"] * 2

@@ -118,14 +118,14 @@ wire_value = st.one_of(
     st.binary(max_size=40).map(_pct),
     st.text(max_size=30).map(lambda t: quote(t, safe="").encode()),
 )
-PARAMS = [b"status", b"queue", b"kind", b"q", b"limit", b"cursor", b"done", b"x"]
+PARAMS = [b"status", b"queue", b"kind", b"q", b"limit", b"cursor", b"done", b"x", b"payload", b"action"]
 query_string = st.lists(st.tuples(st.sampled_from(PARAMS), wire_value), max_size=12).map(
     lambda pairs: b"&".join(k + b"=" + v for k, v in pairs))
 segment = st.one_of(wire_value.filter(bool), st.sampled_from([b"1", b"..", b".", b"%2e%2e", b"a%2Fb"]))
 
-GET_PAGES = [b"/", b"/jobs", b"/workers", b"/schedules", b"/limits", b"/api/queues", b"/api/jobs", b"/api/workers",
-             b"/api/limits"]
-JOB_GETS = [b"/jobs/%s", b"/api/jobs/%s"]
+GET_PAGES = [b"/", b"/jobs", b"/jobs/bulk", b"/workers", b"/schedules", b"/limits", b"/api/queues", b"/api/jobs",
+             b"/api/workers", b"/api/limits"]
+JOB_GETS = [b"/jobs/%s", b"/api/jobs/%s", b"/api/jobs/%s/explain"]
 POSTS = [b"/jobs/%s/cancel", b"/jobs/%s/retry", b"/queues/%s/pause", b"/queues/%s/resume",
          b"/api/jobs/%s/cancel", b"/api/jobs/%s/retry", b"/api/queues/%s/pause", b"/api/queues/%s/resume"]
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

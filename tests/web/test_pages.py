@@ -191,16 +191,38 @@ def test_workers_and_limits_pages(dashboard: Client, pgq_queue: Queue) -> None:
     client = dashboard()
 
     workers = client.get("/workers").text
-    assert "host-5" in workers and len(re.findall(r'<a href="/jobs/\d+"', workers)) == 2
+    # Each job twice: in flight on its worker's row, and in the running jobs.
+    assert "host-5" in workers and len(re.findall(r'<a href="/jobs/\d+"', workers)) == 4
     assert "<html" not in client.get("/workers", headers=LIVE).text
     limits = client.get("/limits").text
     assert '<meter min="0" max="2" value="2"' in limits and "30 per 90 s" in limits
 
 
+def test_workers_page_lists_idle_registered_workers_and_busy_ones(dashboard: Client, pgq_queue: Queue,
+                                                                  db: SQL) -> None:
+    db("SELECT * FROM pgq.worker_register('idle-1', 'box', 7, '{billing}', '{charge}', 8, 30, 15, '1.0')")
+    db("SELECT * FROM pgq.worker_register('busy-1', 'box', 8, NULL, '{charge}', 2, 30, 15, '1.0')")
+    ids = pgq_queue.enqueue_many([{"kind": "charge", "queue": "billing"}] * 2)
+    pgq_queue.claim(worker="busy-1", limit=2)
+    page = dashboard().get("/workers").text
+    rows = re.findall(r"<tr[^>]*>\s*<td class=\"mono\">([^<]+)</td>\s*<td>(.*?)</td>", page, flags=re.S)
+    assert [(name, re.sub(r"<[^>]+>", "", state)) for name, state in rows] == [("busy-1", "busy"), ("idle-1", "idle")]
+    assert all(f'href="/jobs/{i}"' in page for i in ids)
+    assert "all queues" in page and "box:7" in page
+
+
+def test_job_page_explains_why_the_job_is_not_running(dashboard: Client, pgq_queue: Queue) -> None:
+    job_id = pgq_queue.enqueue("charge", queue="billing")
+    pgq_queue.pause("billing")
+    page = dashboard().get(f"/jobs/{job_id}").text
+    assert "Why is it not running?" in page
+    assert re.findall(r'data-reason="([a-z_]+)"', page) == ["queue_paused", "no_live_worker"]
+
+
 def test_pages_say_when_there_is_nothing(dashboard: Client) -> None:
     client = dashboard()
     assert "No queue holds waiting, queued or running jobs" in client.get("/").text
-    assert "No worker holds a job right now" in client.get("/workers").text
+    assert "No worker is registered and none holds a job" in client.get("/workers").text
     assert "No concurrency limit is set" in client.get("/limits").text
     assert "No job matches." in client.get("/jobs").text
 

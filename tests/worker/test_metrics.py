@@ -169,12 +169,15 @@ def test_worker_serves_prometheus_metrics_of_real_jobs(tmp_path: Path, pgq_dsn: 
         assert dict(info)["worker"] == "metrics-test" and dict(info)["queues"] == "obs"
         # Gauges from the database (cached up to 5 s: poll until they show the final state).
         families = wait_for(families_when(port, lambda f: f["pgq_queue_jobs"].samples.get(
-            ("pgq_queue_jobs", (("queue", "obs"), ("state", "running")))) == 0), 15, "running = 0", proc)
+            ("pgq_queue_jobs", (("queue", "obs"), ("state", "running")))) == 0 and f[
+            "pgq_queue_live_workers"].samples.get(("pgq_queue_live_workers", (("queue", "obs"),))) == 1),
+            15, "running = 0", proc)
         jobs = families["pgq_queue_jobs"]
         assert jobs.value(queue="obs", state="scheduled") == 1
         assert jobs.value(queue="obs", state="ready") == 0
         assert families["pgq_queue_oldest_ready_age_seconds"].value(queue="obs") == 0
         assert families["pgq_queue_expired_leases"].value(queue="obs") == 0
+        assert families["pgq_queue_live_workers"].value(queue="obs") == 1  # itself, from the registry
         assert families["pgq_queue_stats_up"].value() == 1
 
         # Drop the LISTEN connection from the server side: the worker reconnects and says so.

@@ -70,6 +70,27 @@
     schedule();
   }
 
+  // The jobs page's selection: a header checkbox (data-select-all="<form id>") selects every row's
+  // checkbox of that form; the count of selected rows is shown in #selected-count.
+  function countSelected(formId) {
+    var shown = document.getElementById("selected-count");
+    if (shown) {
+      shown.textContent = String(document.querySelectorAll('input[name="id"][form="' + formId + '"]:checked').length);
+    }
+  }
+
+  document.addEventListener("change", function (event) {
+    var box = event.target;
+    if (!box || box.type !== "checkbox") { return; }
+    var formId = box.getAttribute("data-select-all") || box.getAttribute("form");
+    if (!formId) { return; }
+    if (box.hasAttribute("data-select-all")) {
+      var rows = document.querySelectorAll('input[name="id"][form="' + formId + '"]');
+      for (var i = 0; i < rows.length; i++) { rows[i].checked = box.checked; }
+    }
+    countSelected(formId);
+  });
+
   // Forms with data-confirm ask first (delegated, so forms swapped in by a refresh ask too).
   document.addEventListener("submit", function (event) {
     var form = event.target;

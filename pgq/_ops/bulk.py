@@ -1,0 +1,162 @@
+"""Bulk actions: cancel, retry or delete every job matching filters, in bounded batches.
+
+A run reads the matching ids a batch at a time, lowest first, from after the last id of the previous
+batch (sql/job_select_where.sql: no lock, one pass over the table), and hands each batch to the
+action's statement (sql/job_<action>_many.sql), which locks and re-checks the rows in id order in a
+short transaction of its own and records the batch in pgq.job_audit. No transaction holds more than
+one batch of rows; a run that stops midway (connection lost) leaves its finished batches done, and
+running it again finds only what is left: safe to re-run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from ..errors import InvalidJob
+from ..insight import BulkResult
+from ..models import ACTIVE, FINISHED, JSON, JobStatus, encode_json
+from .core import Operation, Steps, Stmt
+
+BulkAction = Literal["cancel", "retry", "delete"]
+
+BULK_BATCH: Final = 1000
+"""Jobs per batch (per transaction) unless told otherwise."""
+
+BULK_STATUSES: Final[dict[str, tuple[JobStatus, ...]]] = {
+    "cancel": ACTIVE,
+    "retry": (JobStatus.FAILED, JobStatus.CANCELLED),
+    "delete": FINISHED,
+}
+"""The statuses each action applies to (and its default status filter)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """The filters of a bulk action, each None for "any": `queue` and `kind` equal; `status` one or
+    several statuses within those the action applies to; `error` a case-insensitive substring of
+    the job's last error; `payload` a JSON value the payload contains (jsonb `@>`); created and
+    finished ranges (after <= t < before, timezone-aware datetimes)."""
+
+    queue: str | None = None
+    kind: str | None = None
+    status: str | JobStatus | Iterable[str | JobStatus] | None = None
+    error: str | None = None
+    payload: JSON = None
+    created_after: dt.datetime | None = None
+    created_before: dt.datetime | None = None
+    finished_after: dt.datetime | None = None
+    finished_before: dt.datetime | None = None
+
+    def params(self, action: BulkAction) -> dict[str, Any]:
+        """The filter's parameters of sql/job_select_where.sql for `action`; raises InvalidJob for a
+        bad filter (nothing is sent then)."""
+        for name in ("queue", "kind", "error"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value or "\x00" in value):
+                raise InvalidJob(f"{name} must be a non-empty str, got {value!r}")
+        for name in ("created_after", "created_before", "finished_after", "finished_before"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, dt.datetime) or value.tzinfo is None):
+                raise InvalidJob(f"{name} must be a timezone-aware datetime, got {value!r}")
+        return {
+            "statuses": [s.value for s in self.statuses(action)],
+            "queue": self.queue, "kind": self.kind, "error": self.error,
+            "payload": None if self.payload is None else encode_json("payload", self.payload, None),
+            "created_after": self.created_after, "created_before": self.created_before,
+            "finished_after": self.finished_after, "finished_before": self.finished_before,
+        }
+
+    def statuses(self, action: BulkAction) -> tuple[JobStatus, ...]:
+        """The statuses `action` will touch: the filter's, which must be among BULK_STATUSES[action], or
+        all of those."""
+        allowed = BULK_STATUSES[action]
+        if self.status is None:
+            return allowed
+        given = [self.status] if isinstance(self.status, str | JobStatus) else list(self.status)
+        parsed = tuple(dict.fromkeys(JobStatus.parse(s) for s in given))
+        wrong = [s.value for s in parsed if s not in allowed]
+        if not parsed or wrong:
+            raise InvalidJob(f"{action} applies to jobs in status {', '.join(s.value for s in allowed)}; "
+                             f"got {', '.join(wrong) or 'no status'}")
+        return parsed
+
+    def describe(self, action: BulkAction) -> dict[str, Any]:
+        """The filters as the audit records them (only those given, times in ISO 8601)."""
+        shown: dict[str, Any] = {"status": [s.value for s in self.statuses(action)]}
+        for name in ("queue", "kind", "error", "payload", "created_after", "created_before", "finished_after",
+                     "finished_before"):
+            value = getattr(self, name)
+            if value is not None:
+                shown[name] = value.isoformat() if isinstance(value, dt.datetime) else value
+        return shown
+
+
+def _after(action: BulkAction, ids: list[int]) -> Steps[None]:
+    # A cancelled batch's dependents and waiters (pgq.after_finish); were this lost, the workers'
+    # settle step (each second) would do it.
+    if action == "cancel":
+        yield Stmt("job_after_finish", {"ids": ids}, fetch="none")
+
+
+def bulk(action: BulkAction, where: JobFilter, *, batch: int = BULK_BATCH, dry_run: bool = False,
+         actor: str | None = None, progress: Callable[[BulkResult], None] | None = None) -> Operation[BulkResult]:
+    """Apply `action` to every job matching `where`, `batch` jobs per transaction (1..10000); with
+    `dry_run`, only count them (no write). `actor`: who asked, recorded in pgq.job_audit with the
+    database role. `progress(result so far)` is called after each batch. Raises InvalidJob for a
+    bad filter or batch before anything is sent."""
+    if action not in BULK_STATUSES:
+        raise InvalidJob(f"unknown bulk action {action!r}")
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 10_000:
+        raise InvalidJob(f"batch must be an int in [1, 10000], got {batch!r}")
+    if actor is not None and (not isinstance(actor, str) or "\x00" in actor):
+        raise InvalidJob(f"actor must be a str, got {actor!r}")
+    # A dry run only reads: the biggest batches, so fewer round trips (a count over a big table).
+    params = {**where.params(action), "batch": 10_000 if dry_run else batch}
+    recorded = {"actor": actor, "filters": json.dumps(where.describe(action))}
+
+    def steps() -> Steps[BulkResult]:
+        after, matched, changed, batches = 0, 0, 0, 0
+        while True:
+            rows = yield Stmt("job_select_where", {**params, "after_id": after})
+            ids = [int(r["id"]) for r in rows]
+            if ids:
+                matched += len(ids)
+                after = ids[-1]
+                if not dry_run:
+                    done = yield Stmt(f"job_{action}_many", {"ids": ids, **recorded})
+                    changed += int(done[0]["changed"])
+                    yield from _after(action, ids)
+                    batches += 1
+                if progress is not None:
+                    progress(BulkResult(action, matched, changed, batches, dry_run))
+            if len(ids) < params["batch"]:
+                return BulkResult(action, matched, changed, batches, dry_run)
+
+    return Operation(f"job_{action}_many", steps)
+
+
+BULK_IDS_MAX: Final = 1000
+"""Most ids `bulk_ids` takes (one batch)."""
+
+
+def bulk_ids(action: BulkAction, ids: Iterable[int], *, actor: str | None = None) -> Operation[BulkResult]:
+    """Apply `action` to the jobs `ids` (at most BULK_IDS_MAX, in one transaction) that are in a status
+    it applies to; the others are left as they are. Recorded in pgq.job_audit like `bulk`."""
+    if action not in BULK_STATUSES:
+        raise InvalidJob(f"unknown bulk action {action!r}")
+    chosen = sorted(set(ids))
+    if not chosen or len(chosen) > BULK_IDS_MAX or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 < i < 2**63 for i in chosen):
+        raise InvalidJob(f"give 1..{BULK_IDS_MAX} job ids")
+    params = {"ids": chosen, "actor": actor, "filters": json.dumps({"ids": chosen})}
+
+    def steps() -> Steps[BulkResult]:
+        done = yield Stmt(f"job_{action}_many", params)
+        yield from _after(action, chosen)
+        return BulkResult(action, len(chosen), int(done[0]["changed"]), 1, False)
+
+    return Operation(f"job_{action}_many", steps)

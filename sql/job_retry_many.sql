@@ -1,0 +1,74 @@
+-- job_retry_many: job_retry.sql (read it) for the failed or cancelled jobs among `ids`, one batch of a
+-- bulk retry, in one statement. What differs:
+--   - a job whose dedupe key an active job holds is skipped, and of several jobs of the batch with the
+--     same key only the newest is retried (job_retry fails with a unique violation instead);
+--   - a parent retried in the same batch is waited for, as it is queued (or waiting) again.
+-- Parents are share-locked in id order, then the jobs locked in id order. One pgq.job_audit row lists
+-- the jobs retried. Returns how many.
+WITH parents AS MATERIALIZED (
+    SELECT p.id, p.status
+    FROM pgq.jobs p
+    WHERE p.id IN (SELECT d.parent_id FROM pgq.job_dependencies d WHERE d.job_id = ANY(%(ids)s::bigint[]))
+    ORDER BY p.id
+    FOR SHARE OF p
+),
+targets AS MATERIALIZED (
+    SELECT j.id, j.queue, j.dedupe_key
+    FROM pgq.jobs j
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status IN ('failed', 'cancelled')
+    ORDER BY j.id
+    FOR NO KEY UPDATE OF j  -- the UPDATE's own lock: a producer's FOR KEY SHARE (a new child) does not stop it
+),
+chosen AS MATERIALIZED (
+    SELECT t.id FROM targets t WHERE t.dedupe_key IS NULL
+    UNION ALL
+    (SELECT DISTINCT ON (t.queue, t.dedupe_key) t.id
+     FROM targets t
+     WHERE t.dedupe_key IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM pgq.jobs o
+                       WHERE o.queue = t.queue AND o.dedupe_key = t.dedupe_key AND o.status IN ('queued', 'running'))
+     ORDER BY t.queue, t.dedupe_key, t.id DESC)
+),
+unfinished AS (
+    SELECT d.job_id,
+           count(*) FILTER (WHERE p.status IN ('waiting', 'queued', 'running')
+                               OR p.id IN (SELECT c.id FROM chosen c))::integer AS n
+    FROM pgq.job_dependencies d
+    JOIN parents p ON p.id = d.parent_id
+    WHERE d.job_id IN (SELECT c.id FROM chosen c)
+    GROUP BY d.job_id
+),
+retried AS (
+    UPDATE pgq.jobs j
+    SET status = CASE WHEN coalesce(u.n, 0) > 0 THEN 'waiting' ELSE 'queued' END::pgq.job_status,
+        pending_parents = CASE WHEN j.pending_parents IS NOT NULL THEN coalesce(u.n, 0) END,
+        attempts = 0,
+        run_at = now(),
+        finished_at = NULL,
+        result = NULL
+    FROM chosen c
+    LEFT JOIN unfinished u ON u.job_id = c.id
+    WHERE j.id = c.id
+    RETURNING j.id, j.queue, j.status
+),
+reopened AS (
+    UPDATE pgq.job_dependencies d
+    SET parent_outcome = CASE WHEN p.id IN (SELECT c.id FROM chosen c) THEN NULL
+                              WHEN p.status IN ('succeeded', 'failed', 'cancelled') THEN p.status END
+    FROM parents p, retried r
+    WHERE d.job_id = r.id AND d.parent_id = p.id
+      AND d.parent_outcome IS DISTINCT FROM
+          CASE WHEN p.id IN (SELECT c.id FROM chosen c) THEN NULL
+               WHEN p.status IN ('succeeded', 'failed', 'cancelled') THEN p.status END
+),
+wake AS (
+    SELECT count(pg_notify('pgq', CASE WHEN octet_length(q.queue) <= 1000 THEN q.queue ELSE '*' END)) AS n
+    FROM (SELECT DISTINCT r.queue FROM retried r WHERE r.status = 'queued') q
+),
+audit AS (
+    INSERT INTO pgq.job_audit (action, actor, filters, job_ids)
+    SELECT 'retry', %(actor)s::text, %(filters)s::jsonb, array_agg(r.id ORDER BY r.id)
+    FROM retried r
+    HAVING count(*) > 0
+)
+SELECT count(*)::integer AS changed, (SELECT w.n FROM wake w) AS woke FROM retried
