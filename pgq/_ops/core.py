@@ -89,7 +89,8 @@ def _clean_text(text: str) -> str:
 # sending the result of one of these to a frozen client holds those rows. No other statement takes
 # a row lock (READ_ONLY_STATEMENTS); tests check that every .sql file is in exactly one of the two.
 WRITING_STATEMENTS: tuple[str, ...] = (
-    "concurrency_limit_delete", "concurrency_limit_set", "job_cancel", "job_claim", "job_claim_fast",
+    "concurrency_limit_delete", "concurrency_limit_set", "group_limits_delete", "group_limits_set", "job_cancel",
+    "job_claim", "job_claim_fast",
     "job_complete", "job_complete_skip", "job_enqueue", "job_enqueue_after", "job_enqueue_one", "job_error_set",
     "job_fail", "job_fail_skip", "job_heartbeat", "job_heartbeat_skip", "job_insert", "job_insert_one", "job_purge",
     "job_rescue", "job_retry", "job_snooze", "job_snooze_skip", "job_wait_mark", "limits_changed",
