@@ -281,7 +281,8 @@ class Producer:
             await self._queue.set_group_limits(kind, concurrency=concurrency, rate=rate)
         except psycopg.errors.InsufficientPrivilege as exc:
             logger.warning("cannot set the group limits of task %s: %s; claims obey the limits stored in the "
-                           "database, if any", kind, one_line(exc), extra={"event": "group_limits_refused", "kind": kind})
+                           "database, if any", kind, one_line(exc),
+                           extra={"event": "group_limits_refused", "kind": kind})
 
     async def _set_rate(self, kind: str, rate: tuple[int, float]) -> None:
         try:

@@ -17,7 +17,7 @@ DROP FUNCTION pgq.enqueue_many(text[], jsonb[], text[], smallint[], timestamptz[
 DROP FUNCTION pgq.enqueue_after(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], integer[],
                                 boolean[], integer[], bigint[], text[]);
 DROP FUNCTION pgq.claim(text[], text[], integer, double precision, text);
-DROP FUNCTION pgq.claim_group_heads(text[], text, text, integer, bigint[]);
+DROP FUNCTION pgq.claim_group_heads(text[], text, text, smallint, integer, bigint[]);
 DROP TABLE pgq.group_rate_starts;
 DROP TABLE pgq.group_limits;
 DROP INDEX pgq.jobs_running_group_idx;

@@ -19,10 +19,12 @@
 -- the lock, so they see every earlier claim of the kind. Completions, failures and rescues only
 -- lower those counts and take no lock of the claim.
 --
--- (4) Fair claiming. Within a kind, the claim walks the groups that have ready work (a loose index
--- scan of jobs_claim_group_idx, one probe per group) and reserves one head per group per round
--- until the batch is full, so a group with a backlog of 100,000 jobs takes one slot of a claim and
--- a group with one job another. The walk of a kind with a group_limits row starts after the group
+-- (4) Fair claiming. Within a kind and a priority (best first), the claim walks the groups that
+-- have queued work (a loose index scan of jobs_claim_group_idx, one probe per group) and reserves
+-- one job per group until every group had its turn, then more of the groups with room, until the
+-- batch is full: a group with a backlog of 100,000 jobs takes one slot of a claim and a group with
+-- one job another. The take (c) orders what it keeps the same way across kinds: within a priority,
+-- every group's first reserved row, then every group's second, and so on. The walk of a kind with a group_limits row starts after the group
 -- the kind's previous claim ended on (group_limits.turn_after, written under the row lock), so
 -- groups take turns across claims too; jobs without a group key of a limited kind take part as one
 -- group. The walk costs one probe per group visited: a claim visits the groups it reserves from,
@@ -435,6 +437,9 @@ DECLARE
     w_gper      double precision[];
     w_turn      text[];
     wi          integer;
+    level       integer;            -- the priority the walk takes jobs of
+    used_keys   text[] := '{}';     -- groups of the walk that got jobs at a better priority, and how many
+    used_n      integer[] := '{}';
     si          integer;
     w_phase     integer;
     budget      integer;            -- what the walk of a kind may reserve
@@ -659,71 +664,94 @@ BEGIN
             ) p
             WHERE f.free > 0) p;
 
-        -- The walk over the groups of each kind in w_kinds (see the top of this file): one head per
-        -- group with room, in group key order from after the kind's turn_after round to it, the
-        -- jobs without a group key as one group at the end of the range; then, with the batch not
-        -- full, more heads of the groups that had room for more, in the same order.
+        -- The walk over the groups of each kind in w_kinds (see the top of this file), one priority
+        -- at a time, best first (priority still comes first: a group's worse jobs wait while another
+        -- group with room has better ones). Per priority: one head of that priority per group with
+        -- room, in group key order from after the kind's turn_after round to it, the jobs without a
+        -- group key as one group at the end of the range; then, with the batch not full, more jobs
+        -- of the groups that had room for more, in the same order.
         FOR wi IN 1..cardinality(w_kinds) LOOP
             budget := least(k_free[cardinality(l_kinds) + wi], lim);
-            CONTINUE WHEN budget <= 0;
-            g_key := w_turn[wi];
-            w_phase := 1;  -- 1: keys after turn_after (all keys without one); 2: no key; 3: keys up to it; 4: done
-            last_served := NULL;
-            spare_keys := '{}';
-            spare_n := '{}';
             w_got := 0;
+            last_served := NULL;
+            level := NULL;
+            used_keys := '{}';
+            used_n := '{}';
             WHILE w_got < budget LOOP
-                EXIT WHEN w_phase = 4;
-                IF w_phase = 2 THEN
-                    g_key := NULL;
-                    g_free := budget - w_got;
-                    w_phase := CASE WHEN w_turn[wi] IS NULL THEN 4 ELSE 3 END;
-                ELSE
-                    -- The next group key with queued jobs in the wanted queues (a probe per queue).
-                    SELECT min(n.group_key) INTO next_key
-                    FROM unnest(wanted) AS w(name)
-                    CROSS JOIN LATERAL (
-                        SELECT j.group_key FROM pgq.jobs j
-                        WHERE j.status = 'queued' AND j.limited AND j.queue = w.name AND j.kind = w_kinds[wi]
-                          AND j.group_key > coalesce(g_key, '')
-                        ORDER BY j.group_key LIMIT 1) n;
-                    IF next_key IS NULL OR (w_phase = 3 AND next_key > w_turn[wi]) THEN
-                        EXIT WHEN w_phase = 3;
-                        w_phase := 2;
-                        CONTINUE;
+                -- The next priority with ready jobs of the kind (jobs_claim_limited_idx, a probe per queue).
+                SELECT min(x.priority) INTO level
+                FROM unnest(wanted) AS w(name)
+                CROSS JOIN LATERAL (
+                    SELECT j.priority FROM pgq.jobs j
+                    WHERE j.status = 'queued' AND j.limited AND j.queue = w.name AND j.kind = w_kinds[wi]
+                      AND j.priority > coalesce(level, -32769) AND j.run_at <= now()
+                    ORDER BY j.priority, j.run_at, j.id LIMIT 1) x;
+                EXIT WHEN level IS NULL;
+                g_key := w_turn[wi];
+                w_phase := 1;  -- 1: keys after turn_after (all keys without one); 2: no key; 3: keys up to it; 4: done
+                spare_keys := '{}';
+                spare_n := '{}';
+                WHILE w_got < budget AND w_phase < 4 LOOP
+                    IF w_phase = 2 THEN
+                        g_key := NULL;
+                        g_free := budget - w_got;
+                        w_phase := CASE WHEN w_turn[wi] IS NULL THEN 4 ELSE 3 END;
+                    ELSE
+                        -- The next group key with queued jobs in the wanted queues (a probe per queue).
+                        SELECT min(n.group_key) INTO next_key
+                        FROM unnest(wanted) AS w(name)
+                        CROSS JOIN LATERAL (
+                            SELECT j.group_key FROM pgq.jobs j
+                            WHERE j.status = 'queued' AND j.limited AND j.queue = w.name AND j.kind = w_kinds[wi]
+                              AND j.group_key > coalesce(g_key, '')
+                            ORDER BY j.group_key LIMIT 1) n;
+                        IF next_key IS NULL OR (w_phase = 3 AND next_key > w_turn[wi]) THEN
+                            EXIT WHEN w_phase = 3;
+                            w_phase := 2;
+                            CONTINUE;
+                        END IF;
+                        g_key := next_key;
+                        -- Room in the group, counted after the lock on the kind's limit rows (exact).
+                        SELECT least(
+                            coalesce(w_gmax[wi] - (SELECT count(*) FROM pgq.jobs r
+                                                   WHERE r.status = 'running' AND r.kind = w_kinds[wi]
+                                                     AND r.group_key = g_key), 2147483647),
+                            coalesce(w_gstarts[wi] - (SELECT coalesce(sum(s.starts), 0) FROM pgq.group_rate_starts s
+                                                      WHERE s.kind = w_kinds[wi] AND s.group_key = g_key
+                                                        AND s.at > at_ts - make_interval(secs => w_gper[wi])),
+                                      2147483647),
+                            budget - w_got)
+                        INTO g_free;
+                        -- What the group's jobs reserved at better priorities took of its room.
+                        g_free := g_free - coalesce((SELECT u.n FROM unnest(used_keys, used_n) AS u(k, n)
+                                                     WHERE u.k = g_key), 0);
                     END IF;
-                    g_key := next_key;
-                    -- Room in the group, counted after the lock on the kind's limit rows (exact).
-                    SELECT least(
-                        coalesce(w_gmax[wi] - (SELECT count(*) FROM pgq.jobs r
-                                               WHERE r.status = 'running' AND r.kind = w_kinds[wi]
-                                                 AND r.group_key = g_key), 2147483647),
-                        coalesce(w_gstarts[wi] - (SELECT coalesce(sum(s.starts), 0) FROM pgq.group_rate_starts s
-                                                  WHERE s.kind = w_kinds[wi] AND s.group_key = g_key
-                                                    AND s.at > at_ts - make_interval(secs => w_gper[wi])),
-                                  2147483647),
-                        budget - w_got)
-                    INTO g_free;
-                END IF;
-                CONTINUE WHEN g_free <= 0;
-                g_ids := pgq.claim_group_heads(wanted, w_kinds[wi], g_key, 1, l_ids);
-                CONTINUE WHEN cardinality(g_ids) = 0;
-                l_ids := l_ids || g_ids;
-                w_got := w_got + 1;
-                IF g_key IS NOT NULL THEN
-                    last_served := g_key;
-                END IF;
-                IF g_free > 1 THEN
-                    spare_keys := spare_keys || g_key;
-                    spare_n := spare_n || (g_free - 1);
-                END IF;
-            END LOOP;
-            FOR si IN 1..cardinality(spare_keys) LOOP
-                EXIT WHEN w_got >= budget;
-                g_ids := pgq.claim_group_heads(wanted, w_kinds[wi], spare_keys[si],
-                                               least(spare_n[si], budget - w_got), l_ids);
-                l_ids := l_ids || g_ids;
-                w_got := w_got + cardinality(g_ids);
+                    CONTINUE WHEN g_free <= 0;
+                    g_ids := pgq.claim_group_heads(wanted, w_kinds[wi], g_key, level::smallint, 1, l_ids);
+                    CONTINUE WHEN cardinality(g_ids) = 0;
+                    l_ids := l_ids || g_ids;
+                    w_got := w_got + 1;
+                    IF g_key IS NOT NULL THEN
+                        last_served := g_key;
+                        used_keys := used_keys || g_key;
+                        used_n := used_n || 1;
+                    END IF;
+                    IF g_free > 1 THEN
+                        spare_keys := spare_keys || g_key;
+                        spare_n := spare_n || (g_free - 1);
+                    END IF;
+                END LOOP;
+                FOR si IN 1..cardinality(spare_keys) LOOP
+                    EXIT WHEN w_got >= budget;
+                    g_ids := pgq.claim_group_heads(wanted, w_kinds[wi], spare_keys[si], level::smallint,
+                                                   least(spare_n[si], budget - w_got), l_ids);
+                    l_ids := l_ids || g_ids;
+                    w_got := w_got + cardinality(g_ids);
+                    IF spare_keys[si] IS NOT NULL AND cardinality(g_ids) > 0 THEN
+                        used_keys := used_keys || spare_keys[si];
+                        used_n := used_n || cardinality(g_ids);
+                    END IF;
+                END LOOP;
             END LOOP;
             IF w_grouped[wi] AND last_served IS NOT NULL THEN
                 UPDATE pgq.group_limits g SET turn_after = last_served WHERE g.kind = w_kinds[wi];
@@ -836,11 +864,13 @@ COMMENT ON FUNCTION pgq.claim(text[], text[], integer, double precision, text) I
     'Needs pgq_worker.';
 
 -- The reservation of a kind's group heads for pgq.claim's walk: up to n queued, ready jobs of group
--- `key` (NULL: the jobs without a group key) in claim order, per wanted queue, leaving out `skip` (rows
+-- `key` (NULL: the jobs without a group key) and priority `prio` in claim order, per wanted queue
+-- (jobs_claim_group_idx: one index range each), leaving out `skip` (rows
 -- this claim reserved already: its own advisory locks would not stop it), each reserved with the
 -- claim's transaction-level advisory lock (pg_try_advisory_xact_lock, as pgq.claim does). Returns
 -- the best n of them. Run only by pgq.claim, with its owner's rights.
-CREATE FUNCTION pgq.claim_group_heads(wanted text[], kind_name text, key text, n integer, skip bigint[])
+CREATE FUNCTION pgq.claim_group_heads(wanted text[], kind_name text, key text, prio smallint, n integer,
+                                       skip bigint[])
 RETURNS bigint[]
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -854,8 +884,10 @@ BEGIN
                 SELECT c.id, c.priority, c.run_at
                 FROM (SELECT j.id, j.priority, j.run_at FROM pgq.jobs j
                       WHERE j.status = 'queued' AND j.limited AND j.queue = w.name AND j.kind = kind_name
-                        AND j.group_key IS NULL AND j.run_at <= now()
-                      ORDER BY j.priority, j.run_at, j.id
+                        AND j.group_key IS NULL AND j.priority = prio AND j.run_at <= now()
+                      -- jobs_claim_group_idx's order (the key and priority are fixed): the way in is
+                      -- that index, never jobs_claim_limited_idx filtering the kind's other groups.
+                      ORDER BY j.group_key, j.priority, j.run_at, j.id
                       OFFSET 0) c  -- keeps the reservation below out of the scan's filter
                 WHERE c.id <> ALL(skip) AND pg_try_advisory_xact_lock(1885827427, (c.id % 2147483648)::integer)
                 LIMIT n) y
@@ -869,8 +901,8 @@ BEGIN
             SELECT c.id, c.priority, c.run_at
             FROM (SELECT j.id, j.priority, j.run_at FROM pgq.jobs j
                   WHERE j.status = 'queued' AND j.limited AND j.queue = w.name AND j.kind = kind_name
-                    AND j.group_key = key AND j.run_at <= now()
-                  ORDER BY j.priority, j.run_at, j.id
+                    AND j.group_key = key AND j.priority = prio AND j.run_at <= now()
+                  ORDER BY j.group_key, j.priority, j.run_at, j.id
                   OFFSET 0) c
             WHERE c.id <> ALL(skip) AND pg_try_advisory_xact_lock(1885827427, (c.id % 2147483648)::integer)
             LIMIT n) y
@@ -878,8 +910,8 @@ BEGIN
         LIMIT n);
 END;
 $fn$;
-REVOKE EXECUTE ON FUNCTION pgq.claim_group_heads(text[], text, text, integer, bigint[]) FROM PUBLIC;
-COMMENT ON FUNCTION pgq.claim_group_heads(text[], text, text, integer, bigint[]) IS
+REVOKE EXECUTE ON FUNCTION pgq.claim_group_heads(text[], text, text, smallint, integer, bigint[]) FROM PUBLIC;
+COMMENT ON FUNCTION pgq.claim_group_heads(text[], text, text, smallint, integer, bigint[]) IS
     'Reserve up to n head jobs of one group of a kind for pgq.claim (its walk over groups); returns their '
     'ids. Internal: granted to no role.';
 
