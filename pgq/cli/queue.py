@@ -21,9 +21,10 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
     p = commands.add_parser(
         "queue",
         formatter_class=Formatter,
-        help="list queues, pause or resume one",
+        help="list queues, pause or resume one, set group limits",
         description=(
-            "List the queues, or pause and resume one. A paused queue keeps accepting jobs, and\n"
+            "List the queues, pause and resume one, or set the per-group limits of a job kind\n"
+            "(group-limits). A paused queue keeps accepting jobs, and\n"
             "its running jobs finish, but no worker anywhere starts another of its jobs until it is\n"
             "resumed; workers need no restart. The state is stored in the database\n"
             "(table pgq.paused_queues; SQL: SELECT pgq.pause('name'), SELECT pgq.resume('name'))."
