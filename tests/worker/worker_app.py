@@ -194,3 +194,23 @@ def noted(n: int, fail: bool = False, ms: float = 0.0) -> dict[str, Any]:
     if fail:
         raise ValueError(f"noted {n} fails")
     return {"n": n, "token": str(pgq.current_job().lease_token)}
+
+
+# -- groups (tests/worker/test_groups.py) ------------------------------------------------------------
+
+GROUPS = "groups"
+"""The queue of the grouped tasks: only the group tests' workers serve it."""
+
+
+@app.task(name="grouped", queue=GROUPS, group_by="account", group_concurrency=2)
+def grouped(account: str, n: int, ms: float) -> dict[str, Any]:
+    """`chaos` for jobs grouped by `account`, at most 2 running per account (set by the worker at start)."""
+    time.sleep(ms / 1000)
+    record(n, "effect")
+    return {"n": n, "token": str(pgq.current_job().lease_token)}
+
+
+@app.task(name="grouped_paced", queue=GROUPS, group_by="account", group_rate_limit="3/0.5s")
+def grouped_paced(account: str, n: int, ms: float) -> dict[str, Any]:
+    """`grouped` at most 3 starts per account in any half second."""
+    return grouped.func(account, n, ms)
