@@ -90,7 +90,7 @@ def test_job_page_and_api_show_the_group_key(dashboard: Client, pgq_queue: Queue
     client = dashboard()
     page = client.get(f"/jobs/{grouped}").text
     assert '<dd class="mono" data-field="group-key">acct:&lt;42&gt;</dd>' in page  # escaped
-    assert '<dd class="mono" data-field="group-key">–</dd>' in client.get(f"/jobs/{plain}").text
+    assert '<dd class="mono" data-field="group-key">\u2013</dd>' in client.get(f"/jobs/{plain}").text
     assert client.get(f"/api/jobs/{grouped}").json()["job"]["group_key"] == "acct:<42>"
 
 
