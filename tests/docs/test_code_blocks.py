@@ -103,6 +103,7 @@ def reader_code(dsn: str) -> dict[str, dict[str, Any]]:
             "deliveries": types.SimpleNamespace(is_stamped=lambda export_id: False, stamp=lambda export_id: None),
         },
         "docs/integrations.md": {"dsn": as_url(dsn)},
+        "docs/fairness.md": {"DSN": dsn},
     }
 
 
