@@ -724,20 +724,27 @@ BEGIN
                             CONTINUE;
                         END IF;
                         g_key := next_key;
-                        -- Room in the group, counted after the lock on the kind's limit rows (exact).
-                        SELECT least(
-                            coalesce(w_gmax[wi] - (SELECT count(*) FROM pgq.jobs r
-                                                   WHERE r.status = 'running' AND r.kind = w_kinds[wi]
-                                                     AND r.group_key = g_key), 2147483647),
-                            coalesce(w_gstarts[wi] - (SELECT coalesce(sum(s.starts), 0) FROM pgq.group_rate_starts s
-                                                      WHERE s.kind = w_kinds[wi] AND s.group_key = g_key
-                                                        AND s.at > at_ts - make_interval(secs => w_gper[wi])),
-                                      2147483647),
-                            budget - w_got)
-                        INTO g_free;
-                        -- What the group's jobs reserved at better priorities took of its room.
-                        g_free := g_free - coalesce((SELECT u.n FROM unnest(used_keys, used_n) AS u(k, n)
-                                                     WHERE u.k = g_key), 0);
+                        -- Room in the group, counted after the lock on the kind's limit rows (exact);
+                        -- a kind without group limits has the batch's room (no statement to run).
+                        IF w_gmax[wi] IS NULL AND w_gstarts[wi] IS NULL THEN
+                            g_free := budget - w_got;
+                        ELSE
+                            SELECT least(
+                                coalesce(w_gmax[wi] - (SELECT count(*) FROM pgq.jobs r
+                                                       WHERE r.status = 'running' AND r.kind = w_kinds[wi]
+                                                         AND r.group_key = g_key), 2147483647),
+                                coalesce(w_gstarts[wi] - (SELECT coalesce(sum(s.starts), 0) FROM pgq.group_rate_starts s
+                                                          WHERE s.kind = w_kinds[wi] AND s.group_key = g_key
+                                                            AND s.at > at_ts - make_interval(secs => w_gper[wi])),
+                                          2147483647),
+                                budget - w_got)
+                            INTO g_free;
+                            -- What the group's jobs reserved at better priorities took of its room.
+                            IF cardinality(used_keys) > 0 THEN
+                                g_free := g_free - coalesce((SELECT sum(u.n) FROM unnest(used_keys, used_n) AS u(k, n)
+                                                             WHERE u.k = g_key), 0);
+                            END IF;
+                        END IF;
                     END IF;
                     CONTINUE WHEN g_free <= 0;
                     g_ids := pgq.claim_group_heads(wanted, w_kinds[wi], g_key, level::smallint, 1, l_ids);

@@ -185,6 +185,16 @@ def test_a_claim_takes_groups_in_turn_within_a_priority(pgq_queue: Queue, db: SQ
     assert got == [f"g{g:02}" for g in range(1, 10)]  # one each: g00 is running one already
 
 
+def test_a_groups_jobs_at_several_priorities_share_its_limit(pgq_queue: Queue) -> None:
+    pgq_queue.set_group_limits("m", concurrency=3)
+    pgq_queue.enqueue_many([JobSpec("m", group_key="x", priority=p) for p in (0, 1, 2, 2, 2)]
+                           + [JobSpec("m", group_key="y", priority=2) for _ in range(5)])
+    claimed = pgq_queue.claim(worker="w", limit=20)
+    assert sorted((c.job.group_key or "", c.job.priority) for c in claimed) == [
+        ("x", 0), ("x", 1), ("x", 2), ("y", 2), ("y", 2), ("y", 2)]
+    assert pgq_queue.claim(worker="w", limit=20) == []  # both groups are at their limit
+
+
 @pytest.mark.slow
 def test_one_groups_backlog_does_not_delay_another_groups_job(pgq_queue: Queue, db: SQL) -> None:
     # 100,000 jobs of group A, then 1 of group B (and plain jobs, one group of their own): B starts
