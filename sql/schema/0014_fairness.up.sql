@@ -449,9 +449,8 @@ DECLARE
     w_phase     integer;
     budget      integer;            -- what the walk of a kind may reserve
     w_got       integer;            -- and has reserved
-    g_key       text;
-    next_key    text;
-    g_free      integer;
+    seg_keys    text[];             -- the groups one statement of the walk reserved a job of
+    seg_free    integer[];          -- and the room each had
     g_ids       bigint[];
     last_served text;
     spare_keys  text[];             -- groups of the walk with room for more, and how many
@@ -700,66 +699,95 @@ BEGIN
                       AND j.priority > coalesce(level, -32769) AND j.run_at <= now()
                     ORDER BY j.priority, j.run_at, j.id LIMIT 1) x;
                 EXIT WHEN level IS NULL;
-                g_key := w_turn[wi];
-                w_phase := 1;  -- 1: keys after turn_after (all keys without one); 2: no key; 3: keys up to it; 4: done
                 spare_keys := '{}';
                 spare_n := '{}';
-                WHILE w_got < budget AND w_phase < 4 LOOP
+                -- Segments: 1, the keys after turn_after (all keys without one), per queue; 2, the jobs
+                -- without a group key; 3, the keys up to turn_after, per queue.
+                FOR w_phase IN 1..3 LOOP
+                    EXIT WHEN w_got >= budget;
                     IF w_phase = 2 THEN
-                        g_key := NULL;
-                        g_free := budget - w_got;
-                        w_phase := CASE WHEN w_turn[wi] IS NULL THEN 4 ELSE 3 END;
-                    ELSE
-                        -- The next group key with queued jobs in the wanted queues (a probe per queue).
-                        SELECT min(n.group_key) INTO next_key
-                        FROM unnest(wanted) AS w(name)
-                        CROSS JOIN LATERAL (
-                            SELECT j.group_key FROM pgq.jobs j
-                            WHERE j.status = 'queued' AND j.limited AND j.queue = w.name AND j.kind = w_kinds[wi]
-                              AND j.group_key > coalesce(g_key, '')
-                            ORDER BY j.group_key LIMIT 1) n;
-                        IF next_key IS NULL OR (w_phase = 3 AND next_key > w_turn[wi]) THEN
-                            EXIT WHEN w_phase = 3;
-                            w_phase := 2;
-                            CONTINUE;
+                        g_ids := pgq.claim_group_heads(wanted, w_kinds[wi], NULL, level::smallint, 1, l_ids);
+                        l_ids := l_ids || g_ids;
+                        w_got := w_got + cardinality(g_ids);
+                        IF cardinality(g_ids) > 0 AND budget > w_got THEN
+                            spare_keys := spare_keys || NULL::text;
+                            spare_n := spare_n || (budget - w_got);
                         END IF;
-                        g_key := next_key;
-                        -- Room in the group, counted after the lock on the kind's limit rows (exact);
-                        -- a kind without group limits has the batch's room (no statement to run).
-                        IF w_gmax[wi] IS NULL AND w_gstarts[wi] IS NULL THEN
-                            g_free := budget - w_got;
-                        ELSE
-                            SELECT least(
-                                coalesce(w_gmax[wi] - (SELECT count(*) FROM pgq.jobs r
-                                                       WHERE r.status = 'running' AND r.kind = w_kinds[wi]
-                                                         AND r.group_key = g_key), 2147483647),
-                                coalesce(w_gstarts[wi] - (SELECT coalesce(sum(s.starts), 0) FROM pgq.group_rate_starts s
-                                                          WHERE s.kind = w_kinds[wi] AND s.group_key = g_key
-                                                            AND s.at > at_ts - make_interval(secs => w_gper[wi])),
-                                          2147483647),
-                                budget - w_got)
-                            INTO g_free;
-                            -- What the group's jobs reserved at better priorities took of its room.
-                            IF cardinality(used_keys) > 0 THEN
-                                g_free := g_free - coalesce((SELECT sum(u.n) FROM unnest(used_keys, used_n) AS u(k, n)
-                                                             WHERE u.k = g_key), 0);
-                            END IF;
+                        CONTINUE;
+                    END IF;
+                    CONTINUE WHEN w_phase = 3 AND w_turn[wi] IS NULL;
+                    FOREACH q IN ARRAY wanted LOOP
+                        EXIT WHEN w_got >= budget;
+                        -- One statement per segment and queue: a loose index scan of
+                        -- jobs_claim_group_idx over the group keys (a recursive CTE, read only as far as
+                        -- the LIMIT needs), each group's room (counted after the lock on the kind's
+                        -- limit rows: exact; less what it got at better priorities), and the head of
+                        -- each group with room at this priority, reserved as (a) reserves.
+                        SELECT coalesce(array_agg(h.group_key ORDER BY h.ord), '{}'),
+                               coalesce(array_agg(h.id ORDER BY h.ord), '{}'),
+                               coalesce(array_agg(h.free ORDER BY h.ord), '{}')
+                        INTO seg_keys, g_ids, seg_free
+                        FROM (
+                            WITH RECURSIVE g AS (
+                                (SELECT j.group_key, 1 AS ord FROM pgq.jobs j
+                                 WHERE j.status = 'queued' AND j.limited AND j.queue = q AND j.kind = w_kinds[wi]
+                                   AND j.group_key > CASE WHEN w_phase = 1 THEN coalesce(w_turn[wi], '') ELSE '' END
+                                 ORDER BY j.queue, j.kind, j.group_key LIMIT 1)
+                                UNION ALL
+                                SELECT (SELECT j.group_key FROM pgq.jobs j
+                                        WHERE j.status = 'queued' AND j.limited AND j.queue = q
+                                          AND j.kind = w_kinds[wi] AND j.group_key > g.group_key
+                                        ORDER BY j.queue, j.kind, j.group_key LIMIT 1), g.ord + 1
+                                FROM g
+                                WHERE g.group_key IS NOT NULL AND (w_phase = 1 OR g.group_key < w_turn[wi])
+                            )
+                            SELECT g.group_key, g.ord, room.free, hd.id
+                            FROM g
+                            CROSS JOIN LATERAL (
+                                SELECT least(
+                                    CASE WHEN w_gmax[wi] IS NULL THEN 2147483647
+                                         ELSE w_gmax[wi] - (SELECT count(*) FROM pgq.jobs r
+                                                            WHERE r.status = 'running' AND r.kind = w_kinds[wi]
+                                                              AND r.group_key = g.group_key) END,
+                                    CASE WHEN w_gstarts[wi] IS NULL THEN 2147483647
+                                         ELSE w_gstarts[wi] - (SELECT coalesce(sum(s.starts), 0)
+                                                               FROM pgq.group_rate_starts s
+                                                               WHERE s.kind = w_kinds[wi] AND s.group_key = g.group_key
+                                                                 AND s.at > at_ts - make_interval(secs => w_gper[wi]))
+                                    END)
+                                    - CASE WHEN cardinality(used_keys) = 0 THEN 0
+                                           ELSE coalesce((SELECT sum(u.n) FROM unnest(used_keys, used_n) AS u(k, n)
+                                                          WHERE u.k = g.group_key), 0) END AS free
+                            ) room
+                            CROSS JOIN LATERAL (
+                                SELECT c.id
+                                FROM (SELECT j.id FROM pgq.jobs j
+                                      WHERE room.free > 0  -- checked first: no head of a full group is reserved
+                                        AND j.status = 'queued' AND j.limited AND j.queue = q
+                                        AND j.kind = w_kinds[wi] AND j.group_key = g.group_key
+                                        AND j.priority = level AND j.run_at <= now()
+                                      ORDER BY j.group_key, j.priority, j.run_at, j.id
+                                      OFFSET 0) c
+                                WHERE c.id <> ALL(l_ids)
+                                  AND pg_try_advisory_xact_lock(1885827427, (c.id % 2147483648)::integer)
+                                LIMIT 1
+                            ) hd
+                            WHERE g.group_key IS NOT NULL
+                              AND (w_phase = 1 OR g.group_key <= w_turn[wi])
+                            LIMIT budget - w_got
+                        ) h;
+                        l_ids := l_ids || g_ids;
+                        w_got := w_got + cardinality(g_ids);
+                        IF cardinality(seg_keys) > 0 THEN
+                            last_served := seg_keys[cardinality(seg_keys)];
+                            used_keys := used_keys || seg_keys;
+                            used_n := used_n || array_fill(1, ARRAY[cardinality(seg_keys)]);
+                            SELECT spare_keys || coalesce(array_agg(x.k ORDER BY x.o) FILTER (WHERE x.f > 1), '{}'),
+                                   spare_n || coalesce(array_agg(x.f - 1 ORDER BY x.o) FILTER (WHERE x.f > 1), '{}')
+                            INTO spare_keys, spare_n
+                            FROM unnest(seg_keys, seg_free) WITH ORDINALITY AS x(k, f, o);
                         END IF;
-                    END IF;
-                    CONTINUE WHEN g_free <= 0;
-                    g_ids := pgq.claim_group_heads(wanted, w_kinds[wi], g_key, level::smallint, 1, l_ids);
-                    CONTINUE WHEN cardinality(g_ids) = 0;
-                    l_ids := l_ids || g_ids;
-                    w_got := w_got + 1;
-                    IF g_key IS NOT NULL THEN
-                        last_served := g_key;
-                        used_keys := used_keys || g_key;
-                        used_n := used_n || 1;
-                    END IF;
-                    IF g_free > 1 THEN
-                        spare_keys := spare_keys || g_key;
-                        spare_n := spare_n || (g_free - 1);
-                    END IF;
+                    END LOOP;
                 END LOOP;
                 FOR si IN 1..cardinality(spare_keys) LOOP
                     EXIT WHEN w_got >= budget;
