@@ -875,20 +875,6 @@ BEGIN
         DELETE FROM pgq.rate_limit_starts s
         USING unnest(l_kinds || w_kinds, l_per || w_per) AS k(kind, per_s)
         WHERE k.per_s IS NOT NULL AND s.kind = k.kind AND s.at <= at_ts - make_interval(secs => k.per_s)
-    ),
-    -- Likewise the window of each group of a kind with a group rate limit.
-    group_started AS (
-        INSERT INTO pgq.group_rate_starts (kind, group_key, at, starts)
-        SELECT c.kind, c.group_key, at_ts, count(*)
-        FROM claimed c
-        JOIN unnest(w_kinds, w_gper) AS k(kind, per_s) ON k.kind = c.kind AND k.per_s IS NOT NULL
-        WHERE c.group_key IS NOT NULL
-        GROUP BY c.kind, c.group_key
-    ),
-    group_expired AS (
-        DELETE FROM pgq.group_rate_starts s
-        USING unnest(w_kinds, w_gper) AS k(kind, per_s)
-        WHERE k.per_s IS NOT NULL AND s.kind = k.kind AND s.at <= at_ts - make_interval(secs => k.per_s)
     )
     SELECT c.id, c.queue, c.kind, c.payload, c.priority, c.status, c.run_at, c.attempts, c.max_attempts,
            c.dedupe_key, c.lease_token, c.lease_expires_at, c.claimed_by, c.last_error, c.result,
@@ -898,6 +884,22 @@ BEGIN
     ORDER BY c.priority, c.run_at, c.id;
     GET DIAGNOSTICS got = ROW_COUNT;
     taken := taken + got;
+    -- The window of each group of a kind with a group rate limit: the starts of this claim in (the
+    -- jobs it took from the walk: started at at_ts under this worker's name), those that left it out.
+    -- Its own statement, run only by such claims, so that the take of plain work writes no more
+    -- tables than before.
+    IF cardinality(w_kinds) > 0 AND EXISTS (SELECT 1 FROM unnest(w_gper) AS p(per_s) WHERE p.per_s IS NOT NULL) THEN
+        INSERT INTO pgq.group_rate_starts (kind, group_key, at, starts)
+        SELECT j.kind, j.group_key, at_ts, count(*)
+        FROM pgq.jobs j
+        JOIN unnest(w_kinds, w_gper) AS k(kind, per_s) ON k.kind = j.kind AND k.per_s IS NOT NULL
+        WHERE j.id = ANY(l_ids) AND j.status = 'running' AND j.started_at = at_ts AND j.claimed_by = worker
+          AND j.group_key IS NOT NULL
+        GROUP BY j.kind, j.group_key;
+        DELETE FROM pgq.group_rate_starts s
+        USING unnest(w_kinds, w_gper) AS k(kind, per_s)
+        WHERE k.per_s IS NOT NULL AND s.kind = k.kind AND s.at <= at_ts - make_interval(secs => k.per_s);
+    END IF;
     -- Done when the claim is full, when nothing reserved was lost, or after three rounds.
     EXIT WHEN taken >= lim OR got >= cardinality(found_ids) + cardinality(l_ids) OR pass_no >= 3;
     END LOOP;
