@@ -20,15 +20,18 @@
 -- lower those counts and take no lock of the claim.
 --
 -- (4) Fair claiming. Within a kind and a priority (best first), the claim walks the groups that
--- have queued work (a loose index scan of jobs_claim_group_idx, one probe per group) and reserves
--- one job per group until every group had its turn, then more of the groups with room, until the
--- batch is full: a group with a backlog of 100,000 jobs takes one slot of a claim and a group with
--- one job another. The take (c) orders what it keeps the same way across kinds: within a priority,
--- every group's first reserved row, then every group's second, and so on. The walk of a kind with a group_limits row starts after the group
--- the kind's previous claim ended on (group_limits.turn_after, written under the row lock), so
--- groups take turns across claims too; jobs without a group key of a limited kind take part as one
--- group. The walk costs one probe per group visited: a claim visits the groups it reserves from,
--- plus the groups it finds at their limit.
+-- have queued work (a loose index scan of jobs_claim_group_idx, one probe per group, in one
+-- statement per segment of the key range) and reserves one job per group until every group had its
+-- turn, then more of the groups with room, until the batch is full: a group with a backlog of
+-- 100,000 jobs takes one slot of a claim and a group with one job another. The take (c) orders what
+-- it keeps the same way across kinds: within a priority, every group's first reserved row, then
+-- every group's second, and so on (plain jobs are one group). The walk of a kind with a
+-- group_limits row starts after the group the kind's previous claim ended on
+-- (group_limits.turn_after, written under the row lock), so groups take turns across claims too;
+-- jobs without a group key of a limited kind take part as one group. The walk costs one probe per
+-- group visited: a claim visits the groups it reserves from, plus the groups it finds at their limit.
+--
+-- (5) pgq.claim runs with plan_cache_mode = force_generic_plan (see its SET clause).
 
 ALTER TABLE pgq.jobs ADD COLUMN group_key text;
 COMMENT ON COLUMN pgq.jobs.group_key IS
@@ -908,8 +911,8 @@ $fn$;
 REVOKE EXECUTE ON FUNCTION pgq.claim(text[], text[], integer, double precision, text) FROM PUBLIC;
 COMMENT ON FUNCTION pgq.claim(text[], text[], integer, double precision, text) IS
     'Claim up to lim (at most 256) ready jobs of the given queues (NULL: every queue) and kinds (NULL: any), '
-    'honouring '
-    'pauses and concurrency and rate limits exactly: each gets a new attempt under a fresh lease token '
+    'honouring pauses, concurrency and rate limits and per-group limits (pgq.group_limits) exactly, and '
+    'taking group keys in turn within a priority: each gets a new attempt under a fresh lease token '
     'expiring lease_s seconds from now, claimed_by worker. Returns them in claim order (priority, run_at, id). '
     'Needs pgq_worker.';
 
