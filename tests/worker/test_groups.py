@@ -28,8 +28,8 @@ def test_worker_processes_never_exceed_group_limits_and_run_each_job_once(
                           queue="groups", group_key=f"p{n % 2}") for n in range(12)]
     rng.shuffle(specs)
     pgq_queue.enqueue_many(specs)
-    workers = [spawn_worker("--queue", "groups", "--concurrency", "6", "--log-level", "WARNING", "--name", f"w{i}")
-               for i in range(3)]
+    workers = [spawn_worker("--queue", "groups", "--concurrency", "6", "--log-level", "WARNING", "--name", f"w{i}",
+                            env={"PGQ_TEST_GROUPS": "1"}) for i in range(3)]
     wait_for(lambda: db.value("SELECT count(*) FROM pgq.jobs WHERE status <> 'succeeded'") == 0, 60,
              "every grouped job to succeed", interval=0.1)
     # The workers stored their tasks' limits at start.
