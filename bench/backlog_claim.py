@@ -10,7 +10,11 @@ cases, alternated claim by claim so that a drifting machine favours none:
 - `no limit`: no concurrency or rate limit defined for any kind;
 - `unrelated limit`: a concurrency limit defined on a kind with no jobs;
 - `full window ahead`: that limit, and `--limited` jobs of a rate-limited kind whose window is full,
-  queued ahead of the plain ones (older run_at).
+  queued ahead of the plain ones (older run_at);
+- `grouped`: the queue holds grouped jobs only (revision 0014), of a kind with a group concurrency
+  limit of 2, spread over `--groups` group keys: the claim walks the groups;
+- `groups ahead`: `--limited` jobs of that kind over `--groups` groups queued ahead of the plain
+  ones: the claim takes both, groups in turn.
 
 Each case claims from its own copy of the backlog (three queues filled alike), and every claim is
 committed and its jobs completed, so the backlog barely changes. It prints, per case and size, the
@@ -33,16 +37,21 @@ from churn import scratch_database
 
 from pgq import _ops
 
-CASES = ("no limit", "unrelated limit", "full window ahead")
+CASES = ("no limit", "unrelated limit", "full window ahead", "grouped", "groups ahead")
 CLAIM_SIZES = (16, 256)
 
 
-def _fill(dsn: str, queued: int, limited: int) -> None:
-    """The three queues (one per case), and the limits of the last two cases."""
+def _fill(dsn: str, queued: int, limited: int, groups: int) -> None:
+    """The queues (one per case), and the limits of the cases after the first."""
     print(f"filling {queued:,} plain jobs in each of {len(CASES)} queues, {limited:,} limited ones ahead "
           "in the last ...", flush=True)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for n, _ in enumerate(CASES):
+        for n, case in enumerate(CASES):
+            if case == "grouped":
+                conn.execute("INSERT INTO pgq.jobs (kind, payload, queue, run_at, group_key, limited)"
+                             " SELECT 'grouped', jsonb_build_object('n', g), %s, now() - interval '1 hour',"
+                             " 'g' || (g %% %s), true FROM generate_series(1, %s) AS g", [f"q{n}", groups, queued])
+                continue
             conn.execute("INSERT INTO pgq.jobs (kind, payload, queue, run_at)"
                          " SELECT 'plain', jsonb_build_object('n', g), %s, now() - interval '1 hour'"
                          " FROM generate_series(1, %s) AS g", [f"q{n}", queued])
@@ -52,6 +61,10 @@ def _fill(dsn: str, queued: int, limited: int) -> None:
         conn.execute("INSERT INTO pgq.jobs (kind, payload, queue, run_at, limited)"
                      " SELECT 'throttled', '{}', 'q2', now() - interval '2 hours', true"
                      " FROM generate_series(1, %s)", [limited])
+        _ops.run_sync(conn, _ops.set_group_limits("grouped", 2, None), own_transaction=True)
+        conn.execute("INSERT INTO pgq.jobs (kind, payload, queue, run_at, group_key, limited)"
+                     " SELECT 'grouped', '{}', %s, now() - interval '2 hours', 'g' || (g %% %s), true"
+                     " FROM generate_series(1, %s) AS g", [f"q{CASES.index('groups ahead')}", groups, limited])
         conn.execute("VACUUM ANALYZE pgq.jobs")
     # Fill the window: the one start the rate allows this hour.
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -76,14 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queued", type=int, default=1_000_000, help="plain jobs per queue (default 1,000,000)")
     parser.add_argument("--limited", type=int, default=100_000,
                         help="jobs of the rate-limited kind ahead of them in the last case (default 100,000)")
+    parser.add_argument("--groups", type=int, default=1000, help="group keys of the grouped cases (default 1,000)")
     parser.add_argument("--claims", type=int, default=30, help="claims timed per case and size (default 30)")
     args = parser.parse_args(argv)
-    if args.claims < 1 or args.limited < 0:
-        parser.error("--claims must be at least 1 and --limited at least 0")
+    if args.claims < 1 or args.limited < 0 or args.groups < 128:
+        parser.error("--claims must be at least 1, --limited at least 0 and --groups at least 128")
     if args.queued < args.claims * sum(CLAIM_SIZES):
         parser.error(f"--queued must be at least {args.claims * sum(CLAIM_SIZES):,} for {args.claims} claims")
     with scratch_database(args.dsn, "pgq_backlog") as dsn:
-        _fill(dsn, args.queued, args.limited)
+        _fill(dsn, args.queued, args.limited, args.groups)
         with psycopg.connect(dsn, autocommit=True) as conn:
             for limit in CLAIM_SIZES:
                 times: dict[str, list[float]] = {case: [] for case in CASES}

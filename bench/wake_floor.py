@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _job(stamp: float) -> dict[str, Any]:
     return {"kind": "floor", "payload": json.dumps({"t": stamp}), "queue": QUEUE, "priority": 0, "run_at": None,
-            "delay": None, "max_attempts": None, "watermark": None}
+            "delay": None, "max_attempts": None, "watermark": None, "group_key": None}
 
 
 if __name__ == "__main__":

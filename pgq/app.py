@@ -148,6 +148,9 @@ class App:
         priority: int = 0,
         on_success: FollowUp | None = None,
         on_failure: FollowUp | None = None,
+        group_by: str | None = None,
+        group_concurrency: int | None = None,
+        group_rate_limit: str | tuple[int, float] | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -165,6 +168,9 @@ class App:
         priority: int = 0,
         on_success: FollowUp | None = None,
         on_failure: FollowUp | None = None,
+        group_by: str | None = None,
+        group_concurrency: int | None = None,
+        group_rate_limit: str | tuple[int, float] | None = None,
     ) -> AnyTask | Callable[[Handler], AnyTask]:
         """Register a handler (`def` or `async def`) as a task: `@app.task` or `@app.task(...)`.
 
@@ -181,7 +187,11 @@ class App:
         enqueued in the transaction that completes a job of this task, with payload
         ``{"job_id": id, "result": result}``; `on_failure`: likewise when a job fails for good (its
         last attempt failed, or it failed permanently), with ``{"job_id": id, "error": summary}``
-        (see `pgq.after_success` for follow-ups decided at run time). Raises PgqError for a name
+        (see `pgq.after_success` for follow-ups decided at run time). `group_by`: the payload field
+        whose value (a str or an int) is a job's group key; `group_concurrency`: at most this many
+        running jobs of the kind per group key; `group_rate_limit`: at most so many starts per window
+        per group key (as `rate_limit`); a worker stores both in the database when it starts (see
+        `Queue.set_group_limits`). Raises PgqError for a name
         already registered and InvalidJob for bad values (a follow-up task that does not take
         those arguments included).
         """
@@ -189,7 +199,9 @@ class App:
         def register(handler: Handler) -> AnyTask:
             return self._register(handler, name=name, queue=queue, max_attempts=max_attempts, retry=retry,
                                   timeout=timeout, concurrency_limit=concurrency_limit, priority=priority,
-                                  rate_limit=rate_limit, on_success=on_success, on_failure=on_failure)
+                                  rate_limit=rate_limit, on_success=on_success, on_failure=on_failure,
+                                  group_by=group_by, group_concurrency=group_concurrency,
+                                  group_rate_limit=group_rate_limit)
 
         return register if func is None else register(func)
 
@@ -207,6 +219,9 @@ class App:
         rate_limit: str | tuple[int, float] | None = None,
         on_success: FollowUp | None = None,
         on_failure: FollowUp | None = None,
+        group_by: str | None = None,
+        group_concurrency: int | None = None,
+        group_rate_limit: str | tuple[int, float] | None = None,
     ) -> Task[P, R]:
         if not callable(func):
             raise PgqError(f"a task handler must be callable, got {type(func).__name__}")
@@ -222,13 +237,21 @@ class App:
             isinstance(concurrency_limit, bool) or not isinstance(concurrency_limit, int) or concurrency_limit < 1
         ):
             raise InvalidJob(f"task {kind!r}: concurrency_limit must be an int >= 1, got {concurrency_limit!r}")
+        if group_concurrency is not None and (
+            isinstance(group_concurrency, bool) or not isinstance(group_concurrency, int) or group_concurrency < 1
+        ):
+            raise InvalidJob(f"task {kind!r}: group_concurrency must be an int >= 1, got {group_concurrency!r}")
+        if group_by is not None and (not isinstance(group_by, str) or not group_by):
+            raise InvalidJob(f"task {kind!r}: group_by must be a non-empty str (a payload field)")
         if retry is not None and not callable(getattr(retry, "retry_in", None)):
             raise InvalidJob(f"task {kind!r}: retry must have a retry_in(attempt, error) method")
         task = Task(self, func, name=kind, queue=queue, priority=priority, max_attempts=max_attempts,
                     retry=DEFAULT_RETRY if retry is None else retry, timeout=timeout_s,
                     concurrency_limit=concurrency_limit,
                     rate_limit=None if rate_limit is None else parse_rate(rate_limit),
-                    on_success=on_success, on_failure=on_failure)
+                    on_success=on_success, on_failure=on_failure, group_by=group_by,
+                    group_concurrency=group_concurrency,
+                    group_rate_limit=None if group_rate_limit is None else parse_rate(group_rate_limit))
         self._tasks[kind] = task
         return task
 

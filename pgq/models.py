@@ -75,6 +75,9 @@ class Job:
     finished_at: dt.datetime | None
     progress: JSON = None
     """The progress the job's handler last reported (`pgq.set_progress`), kept across attempts."""
+    group_key: str | None = None
+    """The job's group (`enqueue(group_key=...)`, a task's `group_by`): per-group limits and fair
+    claiming apply per group key. None: no group."""
 
     @property
     def error(self) -> str | None:
@@ -117,7 +120,7 @@ class Job:
         over the setters twice as slow as these twenty calls."""
         (id_, queue, kind, payload, priority, status, run_at, attempts, max_attempts, dedupe_key, lease_token,
          lease_expires_at, claimed_by, last_error, result, input_watermark, done_watermark, created_at,
-         started_at, finished_at, progress) = row
+         started_at, finished_at, progress, group_key) = row
         job = object.__new__(cls)
         _SET_JOB_ID(job, id_)
         _SET_JOB_QUEUE(job, queue)
@@ -140,6 +143,7 @@ class Job:
         _SET_JOB_STARTED_AT(job, started_at)
         _SET_JOB_FINISHED_AT(job, finished_at)
         _SET_JOB_PROGRESS(job, progress)
+        _SET_JOB_GROUP_KEY(job, group_key)
         return job
 
 
@@ -149,11 +153,12 @@ def _slot_setters(cls: type) -> dict[str, Callable[[Any, Any], None]]:
     return {f.name: getattr(cls, f.name).__set__ for f in fields(cls)}
 
 
-# In field order (id ... progress).
+# In field order (id ... progress, group_key).
 (_SET_JOB_ID, _SET_JOB_QUEUE, _SET_JOB_KIND, _SET_JOB_PAYLOAD, _SET_JOB_PRIORITY, _SET_JOB_STATUS, _SET_JOB_RUN_AT,
  _SET_JOB_ATTEMPTS, _SET_JOB_MAX_ATTEMPTS, _SET_JOB_DEDUPE_KEY, _SET_JOB_LEASE_TOKEN, _SET_JOB_LEASE_EXPIRES_AT,
  _SET_JOB_CLAIMED_BY, _SET_JOB_LAST_ERROR, _SET_JOB_RESULT, _SET_JOB_INPUT_WATERMARK, _SET_JOB_DONE_WATERMARK,
- _SET_JOB_CREATED_AT, _SET_JOB_STARTED_AT, _SET_JOB_FINISHED_AT, _SET_JOB_PROGRESS) = _slot_setters(Job).values()
+ _SET_JOB_CREATED_AT, _SET_JOB_STARTED_AT, _SET_JOB_FINISHED_AT, _SET_JOB_PROGRESS,
+ _SET_JOB_GROUP_KEY) = _slot_setters(Job).values()
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +215,9 @@ class JobSpec:
     runs if they all succeeded, and is cancelled as soon as one fails or is cancelled, unless
     `on_parent_failure` is "run" (then it runs once they all finished, whatever the outcome: a batch
     callback). Kept as a tuple without duplicates; an empty list is no dependency.
+
+    `group_key`: the job's group (a tenant, a customer; non-empty text): per-group limits
+    (`Queue.set_group_limits`) and fair claiming apply per group key.
     """
 
     kind: str
@@ -223,6 +231,7 @@ class JobSpec:
     max_attempts: int | None = None
     depends_on: tuple[int, ...] | None = None
     on_parent_failure: str = "cancel"
+    group_key: str | None = None
     payload_json: str = field(init=False, repr=False, compare=False)
 
     def __init__(
@@ -238,6 +247,7 @@ class JobSpec:
         max_attempts: int | None = None,
         depends_on: Iterable[int] | None = None,
         on_parent_failure: str = "cancel",
+        group_key: str | None = None,
     ) -> None:
         # The __init__ dataclass would write for these fields, filling the slots directly: a frozen
         # dataclass's own sets each one through object.__setattr__, which took a third of the time
@@ -253,6 +263,7 @@ class JobSpec:
         _SET_SPEC_MAX_ATTEMPTS(self, max_attempts)
         _SET_SPEC_DEPENDS_ON(self, None if depends_on is None else _job_ids(depends_on))
         _SET_SPEC_ON_PARENT_FAILURE(self, on_parent_failure)
+        _SET_SPEC_GROUP_KEY(self, group_key)
         # The checks, on the arguments (locals are cheaper to read than slots).
         # The common job (plain str names, an int priority, no options) passes three cheap tests; batch
         # enqueues build thousands of specs, so anything else takes the detailed checks below.
@@ -263,13 +274,16 @@ class JobSpec:
         if type(priority) is not int or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
             _check_priority(priority)
         if (run_at is not None or delay is not None or dedupe_key is not None or watermark is not None
-                or max_attempts is not None or depends_on is not None or on_parent_failure != "cancel"):
+                or max_attempts is not None or depends_on is not None or on_parent_failure != "cancel"
+                or group_key is not None):
             self._check_options()
         _SET_SPEC_PAYLOAD_JSON(self, encode_json("payload", payload, {}))
 
     def _check_options(self) -> None:
         if self.dedupe_key is not None:
             _check_text("dedupe_key", self.dedupe_key, required=True)
+        if self.group_key is not None:
+            _check_text("group_key", self.group_key, required=True)
         if self.run_at is not None and self.delay is not None:
             raise InvalidJob("give run_at or delay, not both")
         if self.run_at is not None and (
@@ -298,10 +312,10 @@ class JobSpec:
         return None if self.delay is None else delay_seconds(self.delay)
 
 
-# In field order (kind ... on_parent_failure, then payload_json).
+# In field order (kind ... on_parent_failure, group_key, then payload_json).
 (_SET_SPEC_KIND, _SET_SPEC_PAYLOAD, _SET_SPEC_QUEUE, _SET_SPEC_PRIORITY, _SET_SPEC_RUN_AT, _SET_SPEC_DELAY,
  _SET_SPEC_DEDUPE_KEY, _SET_SPEC_WATERMARK, _SET_SPEC_MAX_ATTEMPTS, _SET_SPEC_DEPENDS_ON,
- _SET_SPEC_ON_PARENT_FAILURE, _SET_SPEC_PAYLOAD_JSON) = _slot_setters(JobSpec).values()
+ _SET_SPEC_ON_PARENT_FAILURE, _SET_SPEC_GROUP_KEY, _SET_SPEC_PAYLOAD_JSON) = _slot_setters(JobSpec).values()
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -408,6 +422,23 @@ def _encode(value: JSON) -> str:
 
 # An escaped NUL in JSON text: "\u0000" not itself preceded by an escaping backslash.
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def group_key_from(group_by: str | None, payload: JSON) -> str | None:
+    """The group key a task declared with `group_by=field` gives a job with `payload`: the field's
+    value as text (a str as it is, an int in decimal). None when `group_by` is None or the payload
+    has no such field (or it is None): the job then has no group. Raises InvalidJob for a value of
+    another type, or an empty str."""
+    if group_by is None or not isinstance(payload, dict):
+        return None
+    value = payload.get(group_by)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise InvalidJob(f"group_by field {group_by!r} must hold a str or an int, got {type(value).__name__}")
+    key = value if isinstance(value, str) else str(value)
+    _check_text(f"group_by field {group_by!r}", key, required=True)
+    return key
 
 
 def _check_text(name: str, value: object, *, required: bool) -> None:

@@ -15,7 +15,7 @@ from .client import AsyncQueue, Queue
 from .context import _context
 from .cron import Schedule
 from .errors import InvalidJob, PgqError
-from .models import JSON, JobSpec
+from .models import JSON, JobSpec, group_key_from
 from .retries import RetryPolicy
 
 P = ParamSpec("P")
@@ -55,6 +55,7 @@ class _Options:
     max_attempts: int | None = None
     depends_on: Iterable[int] | None = None
     on_parent_failure: str = "cancel"
+    group_key: str | None = None
 
 
 class Task(Generic[P, R]):
@@ -67,7 +68,9 @@ class Task(Generic[P, R]):
     Attributes: `name` (the job kind), `func`, `queue`, `priority`, `max_attempts` (None: the
     database default, 25), `retry` (a RetryPolicy), `timeout` (seconds or None), `concurrency_limit`
     (None: unlimited; a worker sets it in the database when it starts), `rate_limit` ((max_starts,
-    seconds) or None; set likewise), `on_success` and `on_failure` (a task or job kind enqueued
+    seconds) or None; set likewise), `group_by` (the payload field whose value is a job's group key,
+    or None), `group_concurrency` and `group_rate_limit` (per-group limits, None: none; set like the
+    others), `on_success` and `on_failure` (a task or job kind enqueued
     atomically with the job's success, or with its failure after the last attempt; None: none),
     `is_async`. Calling the task
     calls the handler directly, without a queue.
@@ -93,6 +96,9 @@ class Task(Generic[P, R]):
         rate_limit: tuple[int, float] | None = None,
         on_success: FollowUp | None = None,
         on_failure: FollowUp | None = None,
+        group_by: str | None = None,
+        group_concurrency: int | None = None,
+        group_rate_limit: tuple[int, float] | None = None,
     ) -> None:
         self.app = app
         self.func = func
@@ -104,6 +110,9 @@ class Task(Generic[P, R]):
         self.timeout = timeout
         self.concurrency_limit = concurrency_limit
         self.rate_limit = rate_limit
+        self.group_by = group_by
+        self.group_concurrency = group_concurrency
+        self.group_rate_limit = group_rate_limit
         self.on_success = _check_follow_up(name, "on_success", on_success, {"job_id": 1, "result": None})
         self.on_failure = _check_follow_up(name, "on_failure", on_failure, {"job_id": 1, "error": ""})
         self.is_async = inspect.iscoroutinefunction(inspect.unwrap(func)) or inspect.iscoroutinefunction(func)
@@ -190,6 +199,7 @@ class Task(Generic[P, R]):
         max_attempts: int | None = None,
         depends_on: Iterable[int] | None = None,
         on_parent_failure: str = "cancel",
+        group_key: str | None = None,
         conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None = None,
     ) -> Deferral[P, R]:
         """Job options for the next `defer`: `task.configure(delay=10).defer(x=1)`.
@@ -198,10 +208,11 @@ class Task(Generic[P, R]):
         (a psycopg Connection for `defer`, an AsyncConnection for `defer_async`); the job exists if
         and only if that transaction commits, and pgq never commits it. Dedupe and watermark rules:
         see `Queue.enqueue_many`; dependencies (`depends_on`, `on_parent_failure`): see
-        `Queue.enqueue`. Nothing is validated or sent until `defer`.
+        `Queue.enqueue`. `group_key`: the job's group; left out, the value of the task's `group_by`
+        field of the payload (if any). Nothing is validated or sent until `defer`.
         """
         options = _Options(queue, priority, delay, run_at, dedupe_key, watermark, max_attempts, depends_on,
-                           on_parent_failure)
+                           on_parent_failure, group_key)
         return Deferral(self, options, conn)
 
     def spec(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
@@ -250,6 +261,7 @@ class Deferral(Generic[P, R]):
             max_attempts=task.max_attempts if o.max_attempts is None else o.max_attempts,
             depends_on=o.depends_on,
             on_parent_failure=o.on_parent_failure,
+            group_key=group_key_from(task.group_by, payload) if o.group_key is None else o.group_key,
         )
 
     def defer(self, *args: P.args, **kwargs: P.kwargs) -> int:
@@ -309,7 +321,7 @@ that names a task of the worker's app takes that task's defaults (queue, priorit
 
 _FOLLOW_UP_OPTIONS = frozenset(
     ("queue", "priority", "run_at", "delay", "dedupe_key", "watermark", "max_attempts", "depends_on",
-     "on_parent_failure"))
+     "on_parent_failure", "group_key"))
 
 
 def after_success(kind_or_task: FollowUp, payload: JSON = None, **enqueue_options: Any) -> None:
@@ -322,7 +334,7 @@ def after_success(kind_or_task: FollowUp, payload: JSON = None, **enqueue_option
     `kind_or_task`: a Task (its defaults apply, and `payload` must fit its handler) or a job kind;
     `payload`: the job's payload (for a Task, a dict of keyword arguments); `enqueue_options`: as
     `Queue.enqueue` (queue, priority, run_at, delay, dedupe_key, watermark, max_attempts,
-    depends_on, on_parent_failure). May be called several times. Raises InvalidJob at once for bad
+    depends_on, on_parent_failure, group_key). May be called several times. Raises InvalidJob at once for bad
     input (nothing recorded), PgqError outside a handler run by a pgq worker.
     """
     context = _context()

@@ -13,6 +13,7 @@ FROM pgq.enqueue_many(
     %(delays)b::double precision[],
     %(dedupe_keys)b::text[],
     %(watermarks)b::bigint[],
-    %(max_attempts)b::integer[]
+    %(max_attempts)b::integer[],
+    %(group_keys)b::text[]
 ) AS e
 ORDER BY e.ord

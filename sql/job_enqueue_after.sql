@@ -13,6 +13,7 @@ FROM pgq.enqueue_after(
     %(max_attempts)b::integer[],
     %(run_on_failure)b::boolean[],
     %(edge_jobs)b::integer[],
-    %(edge_parents)b::bigint[]
+    %(edge_parents)b::bigint[],
+    %(group_keys)b::text[]
 ) AS e
 ORDER BY e.ord

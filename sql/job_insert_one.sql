@@ -6,14 +6,16 @@
 -- run_at statement_timestamp() plus delay, 25 attempts); the producer role may insert exactly these
 -- columns.
 WITH ins AS (
-    INSERT INTO pgq.jobs (kind, payload, queue, priority, run_at, max_attempts, input_watermark, limited)
+    INSERT INTO pgq.jobs (kind, payload, queue, priority, run_at, max_attempts, input_watermark, limited, group_key)
     VALUES (%(kind)s, %(payload)s::text::jsonb, %(queue)s, %(priority)s,
             coalesce(%(run_at)s::timestamptz,
                      statement_timestamp() + make_interval(secs => %(delay)s::double precision), statement_timestamp()),
             coalesce(%(max_attempts)s::integer, 25), %(watermark)s::bigint,
-            -- Kinds with a limit are claimed through their own index (pgq.claim).
-            EXISTS (SELECT 1 FROM pgq.concurrency_limits l WHERE l.kind = %(kind)s)
-            OR EXISTS (SELECT 1 FROM pgq.rate_limits r WHERE r.kind = %(kind)s))
+            -- Kinds with a limit, and jobs with a group key, are claimed through their own index (pgq.claim).
+            %(group_key)s::text IS NOT NULL
+            OR EXISTS (SELECT 1 FROM pgq.concurrency_limits l WHERE l.kind = %(kind)s)
+            OR EXISTS (SELECT 1 FROM pgq.rate_limits r WHERE r.kind = %(kind)s),
+            %(group_key)s::text)
     RETURNING id, queue
 )
 -- Wake idle workers of the queue, as pgq.enqueue_many does ('*' for a name too long for a payload).

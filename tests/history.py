@@ -26,7 +26,10 @@ when all hold):
   expired by the database's clock;
 - at most one success per job;
 - dedupe: never two active (queued or running) jobs of one (queue, dedupe key) at once;
-- per-kind concurrency limits were never exceeded at any claim;
+- per-kind concurrency limits were never exceeded at any claim, nor per-group ones (pgq.group_limits);
+- per-group rate limits: no group of a kind with a group rate limit (as pgq.group_limits holds it at
+  the check) started more than max_starts jobs in any window of per_s seconds (by the claims'
+  started_at, the time the claim counts starts at);
 - watermarks never went backwards (per key, and per job input and done watermarks);
 - side effects, when the run has an `effects` table (tests/worker/conftest.py): at most one per
   attempt, each by a claimed attempt of its job, and one by each succeeded attempt.
@@ -69,6 +72,10 @@ CREATE TABLE history (
     old_done_wm    bigint,
     running_of_kind integer,    -- a claim of a limited kind: its running jobs once this claim ran
     kind_limit     integer,
+    group_key      text,
+    started_at     timestamptz, -- a claim: the job's started_at (the time the claim counts starts at)
+    running_of_group integer,   -- a claim of a kind with a group concurrency limit: its group's running jobs
+    group_limit    integer,
     tx_at          timestamptz NOT NULL DEFAULT now(),
     at             timestamptz NOT NULL DEFAULT clock_timestamp()
 );
@@ -85,7 +92,8 @@ CREATE FUNCTION history_update() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO public.history (event, job_id, queue, kind, dedupe_key, old_status, new_status, token, attempt,
                          new_attempts, worker, error, result_token, lease_was, lease_now, input_wm, done_wm,
-                         old_input_wm, old_done_wm, running_of_kind, kind_limit)
+                         old_input_wm, old_done_wm, running_of_kind, kind_limit, group_key, started_at,
+                         running_of_group, group_limit)
     SELECT CASE WHEN n.status = 'running' AND (o.status <> 'running' OR o.lease_token IS DISTINCT FROM n.lease_token)
                     THEN 'claim'
                 WHEN o.status = 'running' AND n.status = 'running' THEN 'beat'
@@ -100,10 +108,16 @@ BEGIN
            o.input_watermark, o.done_watermark,
            CASE WHEN n.status = 'running' AND o.status <> 'running' AND l.kind IS NOT NULL
                 THEN (SELECT count(*) FROM pgq.jobs r WHERE r.kind = n.kind AND r.status = 'running') END,
-           l.max_running
+           l.max_running, n.group_key, n.started_at,
+           CASE WHEN n.status = 'running' AND o.status <> 'running' AND g.max_running IS NOT NULL
+                     AND n.group_key IS NOT NULL
+                THEN (SELECT count(*) FROM pgq.jobs r
+                      WHERE r.kind = n.kind AND r.group_key = n.group_key AND r.status = 'running') END,
+           g.max_running
     FROM old_rows o
     JOIN new_rows n ON n.id = o.id
     LEFT JOIN pgq.concurrency_limits l ON l.kind = n.kind
+    LEFT JOIN pgq.group_limits g ON g.kind = n.kind
     WHERE (o.status, o.lease_token, o.attempts, o.finished_at, o.result, o.last_error, o.run_at,
            o.lease_expires_at, o.input_watermark, o.done_watermark, o.dedupe_key)
           IS DISTINCT FROM
@@ -182,6 +196,7 @@ def check(conn: psycopg.Connection[Any], *, effects: bool = True, allow_retry_of
         _check_job(job_id, events, report, succeeded_tokens, claimed, allow_retry_of_finished)
     _check_dedupe(by_job, report)
     _check_limits(rows, report)
+    _check_group_rates(cur, rows, report)
     _check_watermarks(cur, by_job, report)
     if effects and cur.execute("SELECT to_regclass('effects') IS NOT NULL AS e").fetchone()["e"]:  # type: ignore[index]
         _check_effects(cur, succeeded_tokens, claimed, report)
@@ -274,6 +289,29 @@ def _check_limits(rows: list[dict[str, Any]], report: Report) -> None:
         if ev["event"] == "claim" and ev["kind_limit"] is not None and ev["running_of_kind"] is not None \
                 and ev["running_of_kind"] > ev["kind_limit"]:
             report.add("a concurrency limit was exceeded", (ev["kind"], ev["running_of_kind"], ev["kind_limit"]))
+        if ev["event"] == "claim" and ev["group_limit"] is not None and ev["running_of_group"] is not None \
+                and ev["running_of_group"] > ev["group_limit"]:
+            report.add("a group concurrency limit was exceeded",
+                       (ev["kind"], ev["group_key"], ev["running_of_group"], ev["group_limit"]))
+
+
+def _check_group_rates(cur: psycopg.Cursor[dict[str, Any]], rows: list[dict[str, Any]], report: Report) -> None:
+    limits = {r["kind"]: (r["max_starts"], dt.timedelta(seconds=r["per_s"])) for r in cur.execute(
+        "SELECT kind, max_starts, per_s FROM pgq.group_limits WHERE per_s IS NOT NULL")}
+    starts: dict[tuple[str, str], list[dt.datetime]] = defaultdict(list)
+    for ev in rows:
+        if ev["event"] == "claim" and ev["kind"] in limits and ev["group_key"] is not None:
+            starts[(ev["kind"], ev["group_key"])].append(ev["started_at"])
+    for (kind, group), times in starts.items():
+        most, per = limits[kind]
+        times.sort()
+        first = 0
+        for last, at in enumerate(times):
+            # The claim's window is (at - per, at]: the starts in it, this one included.
+            while times[first] <= at - per:
+                first += 1
+            if last - first + 1 > most:
+                report.add("a group rate limit was exceeded", (kind, group, at, last - first + 1, most))
 
 
 def _check_watermarks(cur: psycopg.Cursor[dict[str, Any]], by_job: dict[int, list[dict[str, Any]]],

@@ -2,7 +2,7 @@
 (pgq.otel), and the function that sets it in the enqueueing transaction.
 
 Revision ID: 0015
-Revises: 0013
+Revises: 0014
 Create Date: 2026-11-26
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pgq.migrate import execute_schema_file
 
 revision: str = "0015"
-down_revision: str | None = "0013"
+down_revision: str | None = "0014"
 branch_labels: str | None = None
 depends_on: str | None = None
 

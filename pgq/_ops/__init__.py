@@ -29,6 +29,7 @@ from .admin import (
     resume,
     retry,
     set_concurrency_limit,
+    set_group_limits,
     set_rate_limit,
     wait_mark,
 )
@@ -129,6 +130,7 @@ __all__ = [
     "run_async",
     "run_sync",
     "set_concurrency_limit",
+    "set_group_limits",
     "set_rate_limit",
     "settle",
     "sever",

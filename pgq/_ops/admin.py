@@ -226,6 +226,28 @@ def set_rate_limit(kind: str, rate: str | tuple[int, float] | None) -> Operation
     return Operation("rate_limit_set", steps, retry_safe=True)
 
 
+def set_group_limits(kind: str, concurrency: int | None, rate: str | tuple[int, float] | None) -> Operation[None]:
+    """Set the per-group limits of `kind` (sql/group_limits_set.sql): at most `concurrency` running
+    jobs and at most `rate` starts (see `parse_rate`) per group key; both None removes them
+    (sql/group_limits_delete.sql). Raises InvalidJob for a bad kind, concurrency or rate."""
+    if not isinstance(kind, str) or not kind:
+        raise InvalidJob("kind must be a non-empty str")
+    if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
+                                    or concurrency < 1):
+        raise InvalidJob(f"group concurrency must be an int >= 1 or None, got {concurrency!r}")
+    parsed = None if rate is None else parse_rate(rate)
+
+    def steps() -> Steps[None]:
+        if concurrency is None and parsed is None:
+            yield Stmt("group_limits_delete", {"kind": kind}, fetch="none")
+        else:
+            yield Stmt("group_limits_set", {"kind": kind, "max_running": concurrency,
+                                            "max_starts": None if parsed is None else parsed[0],
+                                            "per_s": None if parsed is None else parsed[1]}, fetch="none")
+
+    return Operation("group_limits_set", steps, retry_safe=True)
+
+
 def is_dirty(queue: str, dedupe_key: str) -> Operation[bool]:
     """Whether the key has an active job, i.e. input not yet processed by a successful run."""
 

@@ -96,7 +96,7 @@ def _enqueue_steps(specs: Sequence[JobSpec]) -> Steps[list[int]]:
         rows = yield Stmt("job_insert_one" if s.dedupe_key is None else "job_enqueue_one", {
             "kind": s.kind, "payload": s.payload_json, "queue": s.queue, "priority": s.priority,
             "run_at": s.run_at, "delay": s.delay_s, "dedupe_key": s.dedupe_key, "watermark": s.watermark,
-            "max_attempts": s.max_attempts,
+            "max_attempts": s.max_attempts, "group_key": s.group_key,
         }, fetch="tuples")
     elif all(s.dedupe_key is None for s in specs):
         rows = yield Stmt("job_insert", _insert_params(specs), fetch="tuples")
@@ -161,6 +161,7 @@ def _insert_params(specs: Sequence[JobSpec]) -> dict[str, Any]:
         ("delays", [s.delay_s for s in specs]),
         ("watermarks", [s.watermark for s in specs]),
         ("max_attempts", [s.max_attempts for s in specs]),
+        ("group_keys", [s.group_key for s in specs]),
     )
     for array, values in optional:
         params[array] = None if values.count(None) == len(values) else values
@@ -178,6 +179,7 @@ def _job_columns(specs: Sequence[JobSpec]) -> dict[str, Any]:
         "run_ats": [s.run_at for s in specs],
         "delays": [s.delay_s for s in specs],
         "max_attempts": [s.max_attempts for s in specs],
+        "group_keys": [s.group_key for s in specs],
     }
 
 

@@ -52,6 +52,11 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
         "--max-attempts", metavar="N", type=int_range("max attempts", 1, 32_767), default=None,
         help="attempts before the job fails for good (default: the database default)",
     )
+    p.add_argument(
+        "--group-key", metavar="G", default=None,
+        help="the job's group (a tenant, a customer): per-group limits and fair claiming apply per "
+        "group (see `pgq queue group-limits`)",
+    )
     p.set_defaults(handler=cmd_enqueue)
 
 
@@ -85,6 +90,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         dedupe_key=args.dedupe_key,
         watermark=args.watermark,
         max_attempts=args.max_attempts,
+        group_key=args.group_key,
     )
     with open_queue(args) as queue:
         [job_id] = queue.enqueue_many([spec])

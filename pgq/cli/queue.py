@@ -1,4 +1,5 @@
-"""`pgq queue list|pause|resume`: the queues, and stopping or restarting the claiming of one."""
+"""`pgq queue list|pause|resume|group-limits`: the queues, stopping or restarting the claiming of one,
+and the per-group limits of a kind."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import argparse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .common import EXIT_OK, Commands, Formatter, open_queue, queue_exists, warn
+from .._ops.admin import parse_rate
+from .common import EXIT_OK, EXIT_USAGE, CliError, Commands, Formatter, open_queue, queue_exists, warn
 from .render import cell, format_age, print_rows, render_table, seconds_of
 
 __all__ = ["format_queues", "register"]
@@ -19,9 +21,10 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
     p = commands.add_parser(
         "queue",
         formatter_class=Formatter,
-        help="list queues, pause or resume one",
+        help="list queues, pause or resume one, set group limits",
         description=(
-            "List the queues, or pause and resume one. A paused queue keeps accepting jobs, and\n"
+            "List the queues, pause and resume one, or set the per-group limits of a job kind\n"
+            "(group-limits). A paused queue keeps accepting jobs, and\n"
             "its running jobs finish, but no worker anywhere starts another of its jobs until it is\n"
             "resumed; workers need no restart. The state is stored in the database\n"
             "(table pgq.paused_queues; SQL: SELECT pgq.pause('name'), SELECT pgq.resume('name'))."
@@ -54,6 +57,22 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
     )
     q.add_argument("name", metavar="NAME", help="queue name")
     q.set_defaults(handler=cmd_queue_resume)
+
+    q = actions.add_parser(
+        "group-limits", parents=[dsn], formatter_class=Formatter,
+        help="set or remove the per-group limits of a kind",
+        description="Set the per-group limits of jobs of KIND: at most --concurrency running jobs and at\n"
+                    "most --rate starts per group key (a job's group_key), across all workers. Exact:\n"
+                    "the claim enforces them. An option left out means no such limit; --remove removes\n"
+                    "both. Stored in table pgq.group_limits (Python: Queue.set_group_limits).",
+    )
+    q.add_argument("kind", metavar="KIND", help="job kind (task name)")
+    q.add_argument("--concurrency", metavar="N", type=int, default=None,
+                   help="at most N running jobs of KIND per group key")
+    q.add_argument("--rate", metavar="RATE", default=None,
+                   help="at most so many starts per group key and window: 10/s, 5/min, 1000/h, 10/2s")
+    q.add_argument("--remove", action="store_true", help="remove the kind's group limits")
+    q.set_defaults(handler=cmd_queue_group_limits)
 
 
 def format_queues(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -98,4 +117,24 @@ def cmd_queue_resume(args: argparse.Namespace) -> int:
     with open_queue(args) as queue:
         changed = queue.resume(args.name)
     print(f"queue {cell(args.name)} is running" + ("" if changed else " (it was not paused)"))
+    return EXIT_OK
+
+
+def cmd_queue_group_limits(args: argparse.Namespace) -> int:
+    """`pgq queue group-limits KIND`: checks every option before connecting, then sets the limits."""
+    given = args.concurrency is not None or args.rate is not None
+    if given == args.remove:
+        raise CliError("give --concurrency and/or --rate, or --remove", EXIT_USAGE)
+    if args.concurrency is not None and args.concurrency < 1:
+        raise CliError(f"--concurrency must be >= 1, got {args.concurrency}", EXIT_USAGE)
+    rate = None if args.rate is None else parse_rate(args.rate)
+    with open_queue(args) as queue:
+        queue.set_group_limits(args.kind, concurrency=args.concurrency, rate=rate)
+    if args.remove:
+        print(f"kind {cell(args.kind)}: no group limits")
+    else:
+        parts = [] if args.concurrency is None else [f"at most {args.concurrency} running"]
+        if rate is not None:
+            parts.append(f"at most {rate[0]} starts per {rate[1]:g} s")
+        print(f"kind {cell(args.kind)}: {' and '.join(parts)} per group key")
     return EXIT_OK

@@ -224,13 +224,16 @@ class AsyncQueue:
         max_attempts: int | None = None,
         depends_on: Iterable[int] | None = None,
         on_parent_failure: str = "cancel",
+        group_key: str | None = None,
         conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> int:
         """Enqueue one job and return its id; see `enqueue_many` for the rules.
 
         `queue`, `priority`, `max_attempts` left out (None): those of the task registered under
         `kind` in the queue's `app`, if it was given one and has that task; otherwise "default", 0
-        and the database default (25).
+        and the database default (25). `group_key`: the job's group (per-group limits and fair
+        claiming, see `set_group_limits`); left out, the one the task's `group_by` field of `payload`
+        gives, if any.
 
         `depends_on`: ids of jobs this one waits for (status waiting); it becomes ready when all of
         them succeeded and is cancelled when one fails or is cancelled, unless `on_parent_failure` is
@@ -239,10 +242,11 @@ class AsyncQueue:
         `conn`, the job is written in the caller's transaction: it exists if and only if that
         transaction commits.
         """
-        queue, priority, max_attempts = job_options(self._app, kind, queue, priority, max_attempts)
+        queue, priority, max_attempts, group_key = job_options(self._app, kind, queue, priority, max_attempts,
+                                                               payload, group_key)
         spec = JobSpec(kind, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
                        dedupe_key=dedupe_key, watermark=watermark, max_attempts=max_attempts,
-                       depends_on=depends_on, on_parent_failure=on_parent_failure)
+                       depends_on=depends_on, on_parent_failure=on_parent_failure, group_key=group_key)
         return (await self._enqueue([spec], conn))[0]
 
     async def enqueue_many(
@@ -432,6 +436,15 @@ class AsyncQueue:
         limit. Exact (a sliding window on the database clock, counted by the claim under a lock);
         jobs over the limit stay queued until the window has room. Raises InvalidJob for a bad rate."""
         await self._run(_ops.set_rate_limit(kind, rate))
+
+    async def set_group_limits(self, kind: str, *, concurrency: int | None = None,
+                               rate: str | tuple[int, float] | None = None) -> None:
+        """Set the per-group limits of `kind`: at most `concurrency` running jobs per group key, and
+        at most `rate` starts per group key ("10/s", "5/min", (max_starts, seconds)), across all
+        workers; None: no such limit (both None removes the kind's group limits). Exact, enforced by
+        the claim; jobs without a group key are not limited by them. Applies to claims that start
+        after this returns. Raises InvalidJob for bad values."""
+        await self._run(_ops.set_group_limits(kind, concurrency, rate))
 
     async def is_dirty(self, queue: str, key: str) -> bool:
         """True when `key` has input no successful run has processed yet (an active job)."""

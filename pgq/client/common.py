@@ -16,7 +16,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from ..errors import InvalidJob, PgqError
-from ..models import Claim, JobSpec, delay_seconds, positive_seconds
+from ..models import JSON, Claim, JobSpec, delay_seconds, group_key_from, positive_seconds
 
 if TYPE_CHECKING:
     from ..waiting import Waiters
@@ -261,6 +261,10 @@ class TaskOptions(Protocol):
     def max_attempts(self) -> int | None:
         """The task's max_attempts (None: the database default)."""
 
+    @property
+    def group_by(self) -> str | None:
+        """The payload field whose value is a job's group key (None: jobs have no group by default)."""
+
 
 class EnqueueSpan(Protocol):
     """An enqueue being traced (pgq.otel): `contexts` holds the trace context to store with each job
@@ -288,12 +292,15 @@ class TaskRegistry(Protocol):
 
 
 def job_options(app: TaskRegistry | None, kind: str, queue: str | None, priority: int | None,
-                max_attempts: int | None) -> tuple[str, int, int | None]:
-    """The queue, priority and max_attempts of a job of `kind` enqueued by name: each option given
-    as is; one left out (None) is that of the task `app` registered under `kind`, or without one
-    the JobSpec default ("default", 0, None: the database's)."""
+                max_attempts: int | None, payload: JSON = None,
+                group_key: str | None = None) -> tuple[str, int, int | None, str | None]:
+    """The queue, priority, max_attempts and group key of a job of `kind` enqueued by name: each
+    option given as is; one left out (None) is that of the task `app` registered under `kind` (the
+    group key: read from `payload` by the task's `group_by`), or without one the JobSpec default
+    ("default", 0, None: the database's, None: no group)."""
     task = None if app is None else app.tasks.get(kind)
     if task is None:
-        return ("default" if queue is None else queue, 0 if priority is None else priority, max_attempts)
+        return ("default" if queue is None else queue, 0 if priority is None else priority, max_attempts, group_key)
     return (task.queue if queue is None else queue, task.priority if priority is None else priority,
-            task.max_attempts if max_attempts is None else max_attempts)
+            task.max_attempts if max_attempts is None else max_attempts,
+            group_key_from(task.group_by, payload) if group_key is None else group_key)

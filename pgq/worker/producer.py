@@ -244,11 +244,13 @@ class Producer:
         state.wake.set()
 
     async def _setup(self) -> None:
-        """Set the concurrency and rate limits of the app's tasks before the first claim, retrying (through
+        """Set the concurrency, rate and group limits of the app's tasks before the first claim, retrying (through
         tenacity) while the database is unreachable; shutdown ends the retrying."""
         limits = [(t.name, t.concurrency_limit) for t in self._tasks.values() if t.concurrency_limit is not None]
         rates = [(t.name, t.rate_limit) for t in self._tasks.values() if t.rate_limit is not None]
-        if not limits and not rates:
+        groups = [(t.name, t.group_concurrency, t.group_rate_limit) for t in self._tasks.values()
+                  if t.group_concurrency is not None or t.group_rate_limit is not None]
+        if not limits and not rates and not groups:
             return
         failures = 0
 
@@ -275,6 +277,8 @@ class Producer:
                         await self._set_limit(kind, limit)
                     for kind, rate in rates:
                         await self._set_rate(kind, rate)
+                    for kind, concurrency, group_rate in groups:
+                        await self._set_group_limits(kind, concurrency, group_rate)
 
     async def _set_limit(self, kind: str, limit: int) -> None:
         try:
@@ -285,6 +289,14 @@ class Producer:
             logger.warning("cannot set the concurrency limit of task %s to %d: %s; claims obey the limit "
                            "stored in the database, if any", kind, limit, one_line(exc),
                            extra={"event": "concurrency_limit_refused", "kind": kind})
+
+    async def _set_group_limits(self, kind: str, concurrency: int | None, rate: tuple[int, float] | None) -> None:
+        try:
+            await self._queue.set_group_limits(kind, concurrency=concurrency, rate=rate)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            logger.warning("cannot set the group limits of task %s: %s; claims obey the limits stored in the "
+                           "database, if any", kind, one_line(exc),
+                           extra={"event": "group_limits_refused", "kind": kind})
 
     async def _set_rate(self, kind: str, rate: tuple[int, float]) -> None:
         try:

@@ -89,12 +89,12 @@ REVOKE SELECT ON pgq.workers FROM {producer};
 GRANT SELECT (id, claimed_by, host, pid, queues, kinds, slots, lease_s, refresh_s, started_at, last_seen,
               version, state, role) ON pgq.workers TO {producer};
 GRANT EXECUTE ON FUNCTION
-    pgq.enqueue(text, jsonb, text, integer, timestamptz, text, bigint, integer, bigint[], text),
+    pgq.enqueue(text, jsonb, text, integer, timestamptz, text, bigint, integer, bigint[], text, text),
     pgq.enqueue_many(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], text[], bigint[],
-                     integer[]),
+                     integer[], text[]),
     -- Jobs with dependencies (Queue.enqueue(depends_on=...)).
     pgq.enqueue_after(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], integer[], boolean[],
-                      integer[], bigint[]),
+                      integer[], bigint[], text[]),
     -- Waiting for a job's outcome (Queue.wait) marks it awaited, so that finishing it notifies.
     pgq.mark_awaited(bigint),
     -- An instrumented client stores the trace context of the jobs it just enqueued (pgq.otel,
@@ -104,7 +104,7 @@ GRANT EXECUTE ON FUNCTION
 
 -- A single job without a dedupe key is one plain INSERT (sql/job_insert_one.sql): the columns of a
 -- job's input only, so status, attempts and lease columns always take their defaults (queued, 0, none).
-GRANT INSERT (kind, payload, queue, priority, run_at, max_attempts, input_watermark, limited)
+GRANT INSERT (kind, payload, queue, priority, run_at, max_attempts, input_watermark, limited, group_key)
     ON pgq.jobs TO {producer};
 -- A worker is a producer too (handlers enqueue, the periodic step enqueues ticks). Only when it is not
 -- one yet: granting a role needs CREATEROLE, which the admin running `pgq migrate` (which re-runs this
@@ -127,6 +127,10 @@ GRANT INSERT, UPDATE (max_running, updated_at) ON pgq.concurrency_limits TO {wor
 -- window of starts (adds this claim's, deletes those that left the window).
 GRANT INSERT, UPDATE (max_starts, per_s, updated_at) ON pgq.rate_limits TO {worker};
 GRANT INSERT, DELETE ON pgq.rate_limit_starts TO {worker};
+-- The group limits of its tasks (group_concurrency=, group_rate_limit=); not turn_after, which only
+-- the claim writes (revision 0014), and not pgq.group_rate_starts, which the claim keeps itself.
+GRANT INSERT (kind, max_running, max_starts, per_s), UPDATE (max_running, max_starts, per_s, updated_at)
+    ON pgq.group_limits TO {worker};
 -- The claim (SECURITY DEFINER: it reserves, marks and takes rows itself), the marking of a kind's
 -- jobs after the worker set a limit of a task, and the acknowledgements of an attempt under its lease
 -- token, the rescue of expired leases and the storing of an attempt's last error (revision 0011).

@@ -575,7 +575,7 @@ def test_every_command_is_covered_by_the_help_test() -> None:
     assert names == {"", "migrate", "worker", "enqueue", "status", "workers", "jobs", "jobs list", "jobs show",
                      "jobs explain", "jobs retry", "jobs delete",
                      "jobs cancel", "purge", "demo", "bench", "roles", "queue", "queue list", "queue pause",
-                     "queue resume", "dashboard"}
+                     "queue resume", "queue group-limits", "dashboard"}
 
 
 @pytest.mark.parametrize("path", _all_commands(), ids=lambda p: " ".join(p) or "pgq")

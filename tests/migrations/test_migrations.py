@@ -250,7 +250,8 @@ def test_every_table_column_view_function_and_type_has_a_comment(pgq_dsn: str) -
     uncommented += [("function", row[0]) for row in snapshot["functions"] if not row[3]]
     uncommented += [("type", row[0]) for row in snapshot["types"] if row[1] == "e" and not row[2]]
     assert tables == {"jobs", "key_watermarks", "concurrency_limits", "paused_queues", "rate_limits",
-                      "rate_limit_starts", "job_dependencies", "awaited_jobs", "workers", "job_audit"}
+                      "rate_limit_starts", "job_dependencies", "awaited_jobs", "workers", "job_audit",
+                      "group_limits", "group_rate_starts"}
     assert uncommented == []
     assert snapshot["schema"][0][1]
 
@@ -478,7 +479,7 @@ def test_0007_adds_dependencies_and_its_downgrade_refuses_while_jobs_wait(pgq_ds
     query(pgq_dsn, "CREATE ROLE pgq_test_grantee NOLOGIN")
     try:
         query(pgq_dsn, "GRANT EXECUTE ON FUNCTION pgq.enqueue(text, jsonb, text, integer, timestamptz, text, "
-                       "bigint, integer, bigint[], text) TO pgq_test_grantee")
+                       "bigint, integer, bigint[], text, text) TO pgq_test_grantee")  # 0014's signature
 
         with pytest.raises(psycopg.errors.RaiseException, match="1 jobs wait for parents"):
             migrate.downgrade(pgq_dsn, "0006")
@@ -496,7 +497,7 @@ def test_0007_adds_dependencies_and_its_downgrade_refuses_while_jobs_wait(pgq_ds
         migrate.upgrade(pgq_dsn)  # again: the enum value 'waiting' stayed, and is not added twice
         assert query(pgq_dsn, added) == [("job_dependencies",), ("jobs_waiting_idx",), ("waiting_jobs",)]
         assert query(pgq_dsn, "SELECT has_function_privilege('pgq_test_grantee', 'pgq.enqueue(text, jsonb, "
-                              "text, integer, timestamptz, text, bigint, integer, bigint[], text)', 'EXECUTE')"
+                              "text, integer, timestamptz, text, bigint, integer, bigint[], text, text)', 'EXECUTE')"
                      ) == [(True,)]
     finally:
         query(pgq_dsn, "DROP OWNED BY pgq_test_grantee")
@@ -590,6 +591,44 @@ def test_servers_older_than_postgresql_14_are_refused_naming_their_version() -> 
     migrate.check_server_version(180006)
 
 
+def test_0014_adds_group_keys_and_limits_and_its_downgrade_restores_0013s_schema(pgq_dsn: str) -> None:
+    """Revision 0014 adds jobs.group_key, pgq.group_limits and the walking claim, with new signatures
+    of the enqueue functions; its downgrade removes them and puts the former functions back, their
+    grants carried both ways, with jobs enqueued on either side still claimable."""
+    objects = ("SELECT (SELECT count(*) FROM pg_attribute WHERE attrelid = 'pgq.jobs'::regclass "
+               "        AND attname = 'group_key' AND NOT attisdropped),"
+               "       to_regclass('pgq.group_limits') IS NOT NULL,"
+               "       to_regclass('pgq.jobs_claim_group_idx') IS NOT NULL,"
+               "       (SELECT array_agg(pronargs ORDER BY proname) FROM pg_proc "
+               "        WHERE pronamespace = 'pgq'::regnamespace "
+               "          AND proname IN ('enqueue', 'enqueue_after', 'enqueue_many', 'claim_group_heads'))")
+    assert query(pgq_dsn, objects) == [(1, True, True, [6, 11, 11, 10])]
+    query(pgq_dsn, "CREATE ROLE pgq_t_0014_granted")
+    query(pgq_dsn, "GRANT EXECUTE ON FUNCTION pgq.enqueue_many(text[], jsonb[], text[], smallint[], timestamptz[], "
+                   "double precision[], text[], bigint[], integer[], text[]) TO pgq_t_0014_granted")
+    granted = ("SELECT has_function_privilege('pgq_t_0014_granted', p.oid, 'EXECUTE') FROM pg_proc p "
+               "WHERE p.pronamespace = 'pgq'::regnamespace AND p.proname = 'enqueue_many'")
+    query(pgq_dsn, "SELECT pgq.enqueue('k', group_key => 'g')")
+    query(pgq_dsn, "SELECT pgq.enqueue('k')")
+    try:
+        migrate.downgrade(pgq_dsn, "0013")
+
+        assert query(pgq_dsn, objects) == [(0, False, False, [10, 10, 9])]
+        assert query(pgq_dsn, granted) == [(True,)]
+        em = query(pgq_dsn, "SELECT prosrc FROM pg_proc WHERE pronamespace = 'pgq'::regnamespace "
+                            "AND proname = 'enqueue_many'")[0][0]
+        assert em in schema_file("0010_scaling_claim.up.sql")
+        query(pgq_dsn, "SELECT pgq.enqueue('k')")
+        migrate.upgrade(pgq_dsn)
+        assert query(pgq_dsn, objects) == [(1, True, True, [6, 11, 11, 10])]
+        assert query(pgq_dsn, granted) == [(True,)]
+        claimed = query(pgq_dsn, "SELECT kind, group_key FROM pgq.claim(NULL, NULL, 10, 60, 'w') ORDER BY id")
+        assert claimed == [("k", None)] * 3  # the grouped job's key went with the downgrade
+    finally:
+        query(pgq_dsn, "DROP OWNED BY pgq_t_0014_granted")
+        query(pgq_dsn, "DROP ROLE pgq_t_0014_granted")
+
+
 def test_0015_adds_the_trace_context_and_its_downgrade_removes_it(pgq_dsn: str) -> None:
     column = ("SELECT format_type(atttypid, atttypmod), attnotnull FROM pg_attribute "
               "WHERE attrelid = 'pgq.jobs'::regclass AND attname = 'trace_context' AND NOT attisdropped")
@@ -600,7 +639,7 @@ def test_0015_adds_the_trace_context_and_its_downgrade_removes_it(pgq_dsn: str) 
     with pgq.Queue(pgq_dsn) as queue:
         queue.enqueue("k")
 
-    migrate.downgrade(pgq_dsn, "0013")
+    migrate.downgrade(pgq_dsn, "0014")
 
     assert query(pgq_dsn, column) == [] and query(pgq_dsn, setter) == []
     assert query(pgq_dsn, "SELECT count(*) FROM pgq.jobs") == [(1,)]  # the jobs stay

@@ -27,7 +27,7 @@ from ..worker.conftest import DB, freeze_mid_claim, run_worker_until, wait_for
 from .conftest import Roles
 
 ENQUEUE_MANY = ("pgq.enqueue_many(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], text[], "
-                "bigint[], integer[])")
+                "bigint[], integer[], text[])")
 
 
 def rows(dsn: str, query: str, params: Any = None) -> list[dict[str, Any]]:

@@ -135,7 +135,8 @@ def test_overview_shows_the_queues_and_updates_live(page: Any, pgq_queue: Queue,
 
 def test_filter_jobs_and_open_one(page: Any, pgq_queue: Queue) -> None:
     pgq_queue.enqueue_many([{"kind": "send_email", "queue": "mail", "payload": {"n": i}} for i in range(4)])
-    failing = pgq_queue.enqueue("charge_card", {"order": 42}, queue="billing", dedupe_key="order-42")
+    failing = pgq_queue.enqueue("charge_card", {"order": 42}, queue="billing", dedupe_key="order-42",
+                                group_key="acct:42")
     pgq_queue.enqueue("charge_card", {"order": 43}, queue="billing")
     (claim,) = pgq_queue.claim(worker="host-b", queues=["billing"])
     assert claim.id == failing
@@ -159,6 +160,7 @@ def test_filter_jobs_and_open_one(page: Any, pgq_queue: Queue) -> None:
     expect(page.locator("h1")).to_contain_text(f"Job {failing}")
     expect(page.locator('[data-field="last-error"]')).to_contain_text("PaymentDeclined: card expired")
     expect(page.locator('[data-field="payload"]')).to_contain_text('"order": 42')
+    expect(page.locator('[data-field="group-key"]')).to_have_text("acct:42")
     expect(page.locator(".job-state")).to_contain_text("1 of 25 attempts used")
     expect(page.locator("#retry-job")).to_be_visible()
 

@@ -84,6 +84,16 @@ def test_job_page_shows_lease_progress_watermarks_and_result(dashboard: Client, 
     assert "<html" not in fragment and "host-9" in fragment
 
 
+def test_job_page_and_api_show_the_group_key(dashboard: Client, pgq_queue: Queue) -> None:
+    grouped = pgq_queue.enqueue("sync", group_key="acct:<42>")
+    plain = pgq_queue.enqueue("sync")
+    client = dashboard()
+    page = client.get(f"/jobs/{grouped}").text
+    assert '<dd class="mono" data-field="group-key">acct:&lt;42&gt;</dd>' in page  # escaped
+    assert '<dd class="mono" data-field="group-key">\u2013</dd>' in client.get(f"/jobs/{plain}").text
+    assert client.get(f"/api/jobs/{grouped}").json()["job"]["group_key"] == "acct:<42>"
+
+
 def test_overview_counts_waiting_jobs_per_queue_and_links_them(dashboard: Client, pgq_queue: Queue, db: SQL) -> None:
     parent = pgq_queue.enqueue("fetch", queue="mail")
     enqueue_after(db, "send", [parent], queue="mail")

@@ -3,7 +3,8 @@
 Reads its DSN from PGQ_TEST_WORKER_DSN (and the one for `effects` from PGQ_TEST_EFFECTS_DSN, by
 default the same). Handlers record what they do in the table `effects`
 (created by the tests) through their own connection pool, so the tests can count side effects
-independently of pgq's own bookkeeping. PGQ_TEST_PERIODIC=1 also registers a 1-second periodic task.
+independently of pgq's own bookkeeping. PGQ_TEST_PERIODIC=1 also registers a 1-second periodic task,
+PGQ_TEST_GROUPS=1 the tasks with group limits.
 """
 
 from __future__ import annotations
@@ -194,3 +195,25 @@ def noted(n: int, fail: bool = False, ms: float = 0.0) -> dict[str, Any]:
     if fail:
         raise ValueError(f"noted {n} fails")
     return {"n": n, "token": str(pgq.current_job().lease_token)}
+
+
+# -- groups (tests/worker/test_groups.py) ------------------------------------------------------------
+
+GROUPS = "groups"
+"""The queue of the grouped tasks: only the group tests' workers serve it."""
+
+if os.environ.get("PGQ_TEST_GROUPS") == "1":
+    # Only for the group tests: a worker stores its tasks' group limits at start, a step (with its
+    # own retries) the other tests' workers must not take.
+
+    @app.task(name="grouped", queue=GROUPS, group_by="account", group_concurrency=2)
+    def grouped(account: str, n: int, ms: float) -> dict[str, Any]:
+        """`chaos` for jobs grouped by `account`, at most 2 running per account."""
+        time.sleep(ms / 1000)
+        record(n, "effect")
+        return {"n": n, "token": str(pgq.current_job().lease_token)}
+
+    @app.task(name="grouped_paced", queue=GROUPS, group_by="account", group_rate_limit="3/0.5s")
+    def grouped_paced(account: str, n: int, ms: float) -> dict[str, Any]:
+        """`grouped` at most 3 starts per account in any half second."""
+        return grouped.func(account, n, ms)

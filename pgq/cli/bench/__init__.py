@@ -97,6 +97,11 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
         help="w3 only: first add N finished jobs (in a second throwaway queue, deleted at the end) to show\n"
              "the drain does not slow down as finished jobs accumulate (default: 0)",
     )
+    p.add_argument(
+        "--groups", metavar="G", type=int_range("groups", 0, 1_000_000), default=0,
+        help="w3 only: give the jobs G group keys (job i: g<i mod G>), so that the drain claims them\n"
+             "through the walk over groups; compare with 0, plain jobs (default: 0)",
+    )
     p.set_defaults(handler=cmd_bench)
 
 
@@ -105,22 +110,25 @@ def cmd_bench(args: argparse.Namespace) -> int:
     dsn = connect_dsn(cast(str, resolve_dsn(args)))
     try:
         run_bench(dsn, args.workload, jobs=args.jobs, processes=args.processes,
-                        concurrency=args.concurrency, finished=args.finished, out=sys.stdout, err=sys.stderr)
+                        concurrency=args.concurrency, finished=args.finished, groups=args.groups,
+                        out=sys.stdout, err=sys.stderr)
     except BenchFailed as exc:
         raise CliError(f"bench {args.workload}: {one_line(exc)}") from None
     return EXIT_OK
 
 
 def run_bench(dsn: str, workload: str, *, jobs: int | None = None, processes: int = DEFAULT_PROCESSES,
-              concurrency: int = DEFAULT_CONCURRENCY, finished: int = 0, out: TextIO | None = None,
-              err: TextIO | None = None) -> dict[str, Any]:
+              concurrency: int = DEFAULT_CONCURRENCY, finished: int = 0, groups: int = 0,
+              out: TextIO | None = None, err: TextIO | None = None) -> dict[str, Any]:
     """Run `workload` ("w1".."w4") once against `dsn`, print its record as one JSON line on `out`
     (default stdout) and return it. Progress goes to `err` (default stderr).
 
     `jobs` defaults to DEFAULT_JOBS[workload]; `processes` and `concurrency` apply to the workers of
     W3 (both) and W4 (concurrency; always one worker). `finished` (W3 only) first inserts that many
     succeeded jobs into a second queue, ``<queue>-finished``, so that a drain can be compared with and
-    without a large history in the table. The database is migrated first when it is not. The run's
+    without a large history in the table. `groups` (W3 only): the jobs get that many group keys
+    (revision 0014), to compare a grouped drain with a plain one. The database is migrated first when
+    it is not. The run's
     jobs live in a fresh queue ``pgq-bench-<random>`` and are deleted at the end, whatever happens;
     worker subprocesses are stopped (SIGTERM, then SIGKILL after STOP_GRACE_S).
 
@@ -135,6 +143,8 @@ def run_bench(dsn: str, workload: str, *, jobs: int | None = None, processes: in
         raise ValueError("jobs, processes and concurrency must be positive")
     if finished < 0 or (finished and workload != "w3"):
         raise ValueError("finished must be >= 0, and is for w3 only")
+    if groups < 0 or (groups and workload != "w3"):
+        raise ValueError("groups must be >= 0, and is for w3 only")
     out = out or sys.stdout
     err = err or sys.stderr
     queue = f"pgq-bench-{secrets.token_hex(4)}"
@@ -154,7 +164,7 @@ def run_bench(dsn: str, workload: str, *, jobs: int | None = None, processes: in
             if finished:
                 progress(f"adding {finished} finished jobs in queue {queue + '-finished'!r}")
                 add_finished(dsn, queue + "-finished", finished)
-            rec, failure = w3(dsn, queue, n, processes, concurrency, progress)
+            rec, failure = w3(dsn, queue, n, processes, concurrency, progress, groups)
             rec["params"]["finished"] = finished
         else:
             rec = w4(dsn, queue, n, concurrency, progress)

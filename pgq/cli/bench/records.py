@@ -148,7 +148,10 @@ def count_rows(conn: psycopg.Connection[Any], sql: str, queue: str) -> int:
 UNFINISHED_SQL = "SELECT count(*) FROM pgq.jobs WHERE queue = %s AND (status = 'queued' OR status = 'running')"
 
 
-def bench_specs(queue: str, start: int, stop: int) -> list[JobSpec]:
+def bench_specs(queue: str, start: int, stop: int, groups: int = 0) -> list[JobSpec]:
+    """The bench jobs `start` to `stop` - 1 of `queue`; with `groups`, job i has group key g<i % groups>."""
+    if groups:
+        return [JobSpec(BENCH_KIND, {"i": i}, queue=queue, group_key=f"g{i % groups}") for i in range(start, stop)]
     return [JobSpec(BENCH_KIND, {"i": i}, queue=queue) for i in range(start, stop)]
 
 

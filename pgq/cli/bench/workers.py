@@ -144,17 +144,17 @@ def _proc_peak_rss_mb(pid: int) -> float | None:
 # W3 -------------------------------------------------------------------------------------------
 
 
-async def _prefill(dsn: str, queue: str, n: int) -> None:
+async def _prefill(dsn: str, queue: str, n: int, groups: int = 0) -> None:
     async with AsyncQueue(dsn, min_size=1, max_size=1) as q:
         for start in range(0, n, BATCH_SIZE):
-            await q.enqueue_many(bench_specs(queue, start, min(n, start + BATCH_SIZE)))
+            await q.enqueue_many(bench_specs(queue, start, min(n, start + BATCH_SIZE), groups))
 
 
 def w3(dsn: str, queue: str, n: int, processes: int, concurrency: int,
-        progress: Any) -> tuple[dict[str, Any], BenchFailed | None]:
-    progress(f"prefilling {n} jobs")
+        progress: Any, groups: int = 0) -> tuple[dict[str, Any], BenchFailed | None]:
+    progress(f"prefilling {n} jobs" + (f" over {groups} group keys" if groups else ""))
     tp = time.perf_counter()
-    asyncio.run(_prefill(dsn, queue, n))
+    asyncio.run(_prefill(dsn, queue, n, groups))
     prefill_s = time.perf_counter() - tp
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE pgq.jobs")
@@ -193,7 +193,7 @@ def w3(dsn: str, queue: str, n: int, processes: int, concurrency: int,
     rec = result(
         "w3_drain",
         record_params(config=f"c{concurrency}", n=n, procs=processes, concurrency=concurrency,
-                worker="pgq worker CLI", queue=queue),
+                worker="pgq worker CLI", queue=queue, groups=groups),
         done, t1 - t0,
         startup_s=round(t_first - t0, 3) if t_first is not None else None,
         steady_jobs_per_s=round(done / (t1 - t_first), 1) if t_first is not None and t1 > t_first else None,
