@@ -175,3 +175,34 @@ def test_a_delay_counts_from_the_enqueue_statement_not_the_transaction(pgq_dsn: 
         assert rows[job]["ahead"].total_seconds() >= 3.4, (job, rows[job])  # 1.5 s in, plus 2 s
     for job in (now_job, sql_job[0]):
         assert rows[job]["ahead"].total_seconds() >= 1.4, (job, rows[job])
+
+
+def test_a_claim_passes_over_rows_another_claim_holds_and_keeps_order_once_it_rolls_back(
+        pgq_queue: Queue, pgq_dsn: str) -> None:
+    """Rows another claim has taken but not committed are busy: a claim takes the rows behind them
+    (it tries at most two busy ones first, and tries the rest only when it would come up short).
+    Once that claim rolls back, its rows are no longer busy (their xmax is older than any new
+    snapshot's xmin) and the next claims take them first, in order."""
+    ids = pgq_queue.enqueue_many([JobSpec("k", queue="q") for _ in range(40)])
+    with psycopg.connect(pgq_dsn) as holder:
+        held = _ops.run_sync(holder, _ops.claim(worker="h", queues=["q"], kinds=None, limit=20, lease=60),
+                             own_transaction=True)
+        assert [c.id for c in held] == ids[:20]
+        assert [c.id for c in _claim(pgq_dsn, ["q"], limit=5)] == ids[20:25]  # nothing waits for the holder
+        holder.rollback()
+    assert [c.id for c in _claim(pgq_dsn, ["q"], limit=5)] == ids[:5]
+    assert [c.id for c in _claim(pgq_dsn, ["q"], limit=5)] == ids[5:10]
+    rest = _claim(pgq_dsn, ["q"], limit=100)
+    assert [c.id for c in rest] == ids[10:20] + ids[25:]  # every job claimed once
+
+
+def test_rows_a_producer_holds_for_key_share_are_still_claimed_in_one_claim(pgq_queue: Queue, pgq_dsn: str) -> None:
+    """A producer's pgq.enqueue_after in a transaction left open holds its parents FOR KEY SHARE:
+    busy rows that a claim may still take. A claim asking for all of them gets all of them (its
+    second scan tries every busy row), and one asking for fewer gets the oldest first."""
+    parents = pgq_queue.enqueue_many([JobSpec("k", queue="q") for _ in range(10)])
+    with psycopg.connect(pgq_dsn) as producer:
+        pgq_queue.enqueue("child", queue="q", depends_on=parents, conn=producer)
+        assert [c.id for c in _claim(pgq_dsn, ["q"], limit=2)] == parents[:2]
+        assert [c.id for c in _claim(pgq_dsn, ["q"], limit=100)] == parents[2:]
+        producer.rollback()

@@ -289,6 +289,7 @@ def test_keep_connection_with_a_callers_pool_keeps_one_and_gives_it_back_on_clos
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
     with ConnectionPool(pgq_dsn, min_size=2, max_size=2, kwargs={"autocommit": True}) as pool:
+        pool.wait()  # both connections open: the pool fills in the background (CI once saw 0 available)
         q = Queue(pool, keep_connection=True)
         ids = [q.enqueue("k", {"i": i}) for i in range(20)]
         assert pool.get_stats().get("requests_num", 0) == 1  # one getconn for twenty calls
@@ -302,6 +303,7 @@ def test_keep_connection_with_a_callers_pool_keeps_one_and_gives_it_back_on_clos
 
     async def main() -> None:
         async with AsyncConnectionPool(pgq_dsn, min_size=2, max_size=2, kwargs={"autocommit": True}) as apool:
+            await apool.wait()
             aq = AsyncQueue(apool, keep_connection=True)
             for i in range(20):
                 await aq.enqueue("k", {"i": i})
