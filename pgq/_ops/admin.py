@@ -4,7 +4,7 @@ and rate), queue pause/resume and statistics."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from psycopg import errors as pg_errors
@@ -80,7 +80,7 @@ def get(job_id: int) -> Operation[Job | None]:
 
     def steps() -> Steps[Job | None]:
         rows = yield Stmt("job_get", {"id": job_id})
-        return Job.from_row(rows[0]) if rows else None
+        return _job_with_raises(rows[0]) if rows else None
 
     return Operation("job_get", steps, retry_safe=True)
 
@@ -89,7 +89,15 @@ def _get(job_id: int) -> Steps[Job]:
     rows = yield Stmt("job_get", {"id": job_id})
     if not rows:
         raise NotFound(job_id)
-    return Job.from_row(rows[0])
+    return _job_with_raises(rows[0])
+
+
+def _job_with_raises(row: Mapping[str, Any]) -> Job:
+    """A row of job_get: the input watermark counts the raises of the job's key not applied yet."""
+    raised = row.get("raised_watermark")
+    if raised is None or (row["input_watermark"] is not None and row["input_watermark"] >= raised):
+        return Job.from_row(row)
+    return Job.from_row({**row, "input_watermark": raised})
 
 
 def list_jobs(

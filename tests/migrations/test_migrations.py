@@ -18,6 +18,7 @@ import pgq
 from pgq import migrate
 from pgq._sql import schema_file
 from pgq.errors import NotMigrated
+from pgq.models import JobStatus
 
 # Everything that makes up pgq's schema, by name (never by OID), in a stable order: two databases
 # with equal snapshots have equal schemas.
@@ -251,7 +252,7 @@ def test_every_table_column_view_function_and_type_has_a_comment(pgq_dsn: str) -
     uncommented += [("type", row[0]) for row in snapshot["types"] if row[1] == "e" and not row[2]]
     assert tables == {"jobs", "key_watermarks", "concurrency_limits", "paused_queues", "rate_limits",
                       "rate_limit_starts", "job_dependencies", "awaited_jobs", "workers", "job_audit",
-                      "group_limits", "group_rate_starts"}
+                      "group_limits", "group_rate_starts", "key_raises"}
     assert uncommented == []
     assert snapshot["schema"][0][1]
 
@@ -645,3 +646,46 @@ def test_0015_adds_the_trace_context_and_its_downgrade_removes_it(pgq_dsn: str) 
     assert query(pgq_dsn, "SELECT count(*) FROM pgq.jobs") == [(1,)]  # the jobs stay
     migrate.upgrade(pgq_dsn)
     assert query(pgq_dsn, column) == [("jsonb", False)] and len(query(pgq_dsn, setter)) == 1
+
+
+def test_0016_adds_key_raises_and_its_downgrade_folds_them_and_restores_the_former_functions(pgq_dsn: str) -> None:
+    """Revision 0016 adds pgq.key_raises and the enqueue, claim, completions and settle that use it;
+    its downgrade folds the pending raises into the jobs (none lost) and puts back revision 0014's
+    enqueue and claim, 0011's completions and 0012's settle, verbatim."""
+    objects = ("SELECT to_regclass('pgq.key_raises') IS NOT NULL, "
+               "       (SELECT count(*) FROM pg_proc WHERE pronamespace = 'pgq'::regnamespace "
+               "        AND proname IN ('settle_raises', 'key_raised'))")
+    assert query(pgq_dsn, objects) == [(True, 2)]
+    with pgq.Queue(pgq_dsn) as queue:
+        done = queue.enqueue("k", dedupe_key="done", watermark=1)
+        (claim,) = queue.claim(worker="w")
+        assert queue.complete(claim) is JobStatus.SUCCEEDED
+        running = queue.enqueue("k", dedupe_key="running", watermark=1)
+        (claim,) = queue.claim(worker="w")
+        queued = queue.enqueue("k", dedupe_key="queued", watermark=1)
+        assert queue.enqueue("k", dedupe_key="running", watermark=5) == running
+        assert queue.enqueue("k", dedupe_key="queued", watermark=4) == queued
+    # A raise the completion of `done` did not see (as if committed after it).
+    query(pgq_dsn, "INSERT INTO pgq.key_raises (queue, dedupe_key, watermark, job_id, kind, payload, priority, "
+                   "run_at, max_attempts) VALUES ('default', 'done', 7, %s, 'k', '{}', 0, now(), 25)", done)
+    assert query(pgq_dsn, "SELECT count(*) FROM pgq.key_raises") == [(3,)]
+
+    migrate.downgrade(pgq_dsn, "0015")
+
+    assert query(pgq_dsn, "SELECT to_regclass('pgq.key_raises') IS NULL") == [(True,)]
+    sources = {name: query(pgq_dsn, "SELECT prosrc FROM pg_proc WHERE pronamespace = 'pgq'::regnamespace "
+                                    "AND proname = %s", name)[0][0]
+               for name in ("enqueue_many", "claim", "complete_core", "complete_skip_core", "settle")}
+    assert sources["enqueue_many"] in schema_file("0014_fairness.up.sql")
+    assert sources["claim"] in schema_file("0014_fairness.up.sql")
+    assert sources["complete_core"] in schema_file("0011_worker_functions.up.sql")
+    assert sources["complete_skip_core"] in schema_file("0011_worker_functions.up.sql")
+    assert sources["settle"] in schema_file("0012_producer_locks.up.sql")
+    # No raise lost: folded into the active jobs, the one after a finish enqueued as a new run.
+    active = query(pgq_dsn, "SELECT dedupe_key, status::text, input_watermark FROM pgq.jobs "
+                            "WHERE status IN ('queued', 'running') ORDER BY 1")
+    assert active == [("done", "queued", 7), ("queued", "queued", 4), ("running", "running", 5)]
+    with pgq.Queue(pgq_dsn) as queue:
+        assert queue.complete(claim) is JobStatus.QUEUED  # processed 1 of 5: runs again
+    migrate.upgrade(pgq_dsn)
+    assert query(pgq_dsn, objects) == [(True, 2)]
