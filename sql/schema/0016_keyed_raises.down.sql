@@ -420,6 +420,12 @@ DECLARE
     taken       integer := 0;       -- rows claimed so far
     got         integer;
     pass_no     integer := 0;
+    a_got       bigint;             -- rows the first scan of (a) reserved in a queue (see there)
+    a_first     bigint;             -- the first of them in claim order
+    a_head      bigint;             -- and the queue's first ready row
+    b_examine   integer;            -- rows of the head the second scan reads
+    b_cap       integer;            -- and busy rows it tries
+    busy_age    integer;            -- age() of a snapshot's xmin (see (a))
 BEGIN
     IF lim IS NULL OR lim < 1 THEN
         RAISE EXCEPTION 'pgq.claim: lim must be >= 1, got %', coalesce(lim::text, 'NULL')
@@ -470,18 +476,65 @@ BEGIN
     -- each row reserved or skipped; stops after `lim` reservations.
     -- Each row is kept by id and by its place in the table (ctid): the take reads it there, with no
     -- index probe.
+    -- A row whose version the scan reads has an xmax newer than the xmin of a snapshot taken just
+    -- before (busy_age: age() counts from a point fixed for the transaction) is busy: a transaction that may still run has taken it (most often another claim, not yet
+    -- committed: a reservation would fail), or has just taken it and committed (the take would find
+    -- it gone). With many claimers, busy rows are most of the queue's head, and each try is an entry
+    -- of PostgreSQL's shared lock table (LWLock:LockManager). So the first scan reserves only rows
+    -- that are not busy. When it did not start at the queue's head (other claimers are at work
+    -- there), a second scan tries the first two busy rows among the head's first `lim` rows; when it
+    -- came up short, every busy row. (A producer holding rows FOR KEY SHARE, pgq.enqueue_after in a
+    -- transaction left open, makes them busy without keeping them from a claim: they are still
+    -- tried, at the latest once they reach the head.) An xmax older than that xmin (a claim that
+    -- rolled back, a committed KEY SHARE) does not make a row busy; one that is a MultiXactId
+    -- compares at random, which only decides in which scan it is tried. Plain ordered scans, each
+    -- with its LIMIT: a window counting busy rows over the scan got a generic plan that sorted the
+    -- whole queue.
+    busy_age := age((pg_snapshot_xmin(pg_current_snapshot())::text::bigint % 4294967296)::text::xid);
     FOREACH q IN ARRAY wanted LOOP
-        SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}')
-        INTO found_ids, found_tids
-        FROM (SELECT c.id, c.ctid
-              FROM (SELECT j.id, j.ctid
+        SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}'),
+               count(*), (array_agg(r.id ORDER BY r.priority, r.run_at, r.id))[1],
+               (SELECT h.id FROM pgq.jobs h
+                WHERE h.status = 'queued' AND h.queue = q AND h.limited = false AND h.run_at <= now()
+                  AND (kinds IS NULL OR h.kind = ANY(kinds))
+                ORDER BY h.priority, h.run_at, h.id
+                LIMIT 1)
+        INTO found_ids, found_tids, a_got, a_first, a_head
+        FROM (SELECT c.id, c.ctid, c.priority, c.run_at
+              FROM (SELECT j.id, j.ctid, j.priority, j.run_at,
+                           j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy
                     FROM pgq.jobs j
                     WHERE j.status = 'queued' AND j.queue = q AND j.limited = false AND j.run_at <= now()
                       AND (kinds IS NULL OR j.kind = ANY(kinds))
                     ORDER BY j.priority, j.run_at, j.id
                     OFFSET 0) c  -- keeps the reservation below out of the scan's filter
-              WHERE c.id <> ALL(tried) AND pg_try_advisory_xact_lock(1885827427, (c.id % 2147483648)::integer)
+              WHERE NOT c.busy AND c.id <> ALL(tried)
+                AND pg_try_advisory_xact_lock(1885827427, (c.id % 2147483648)::integer)
               LIMIT lim - taken) r;
+        IF a_got < lim - taken THEN
+            b_examine := NULL;  -- short: every busy row of the queue
+            b_cap := NULL;
+        ELSIF a_first IS DISTINCT FROM a_head THEN
+            b_examine := lim - taken;
+            b_cap := 2;
+        ELSE
+            CONTINUE;
+        END IF;
+        SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}')
+        INTO found_ids, found_tids
+        FROM (SELECT c.id, c.ctid
+              FROM (SELECT x.id, x.ctid
+                    FROM (SELECT j.id, j.ctid, j.priority, j.run_at,
+                                 j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy
+                          FROM pgq.jobs j
+                          WHERE j.status = 'queued' AND j.queue = q AND j.limited = false AND j.run_at <= now()
+                            AND (kinds IS NULL OR j.kind = ANY(kinds))
+                          ORDER BY j.priority, j.run_at, j.id
+                          LIMIT b_examine) x
+                    WHERE x.busy AND x.id <> ALL(tried) AND x.id <> ALL(found_ids)
+                    ORDER BY x.priority, x.run_at, x.id
+                    LIMIT b_cap) c
+              WHERE pg_try_advisory_xact_lock(1885827427, (c.id % 2147483648)::integer)) r;
     END LOOP;
     tried := tried || found_ids;
 
