@@ -218,6 +218,11 @@ class JobSpec:
 
     `group_key`: the job's group (a tenant, a customer; non-empty text): per-group limits
     (`Queue.set_group_limits`) and fair claiming apply per group key.
+
+    `sequence_key`: the job's sequence (non-empty text; revision 0017): jobs with the same key in a
+    queue run one at a time, in enqueue order; not with a dedupe_key or watermark.
+    `sequence_on_failure`: "hold" (the job failing for good holds the rest of its sequence until it
+    is retried or cancelled) or "continue" (the sequence moves on).
     """
 
     kind: str
@@ -232,6 +237,8 @@ class JobSpec:
     depends_on: tuple[int, ...] | None = None
     on_parent_failure: str = "cancel"
     group_key: str | None = None
+    sequence_key: str | None = None
+    sequence_on_failure: str = "hold"
     payload_json: str = field(init=False, repr=False, compare=False)
 
     def __init__(
@@ -248,6 +255,8 @@ class JobSpec:
         depends_on: Iterable[int] | None = None,
         on_parent_failure: str = "cancel",
         group_key: str | None = None,
+        sequence_key: str | None = None,
+        sequence_on_failure: str = "hold",
     ) -> None:
         # The __init__ dataclass would write for these fields, filling the slots directly: a frozen
         # dataclass's own sets each one through object.__setattr__, which took a third of the time
@@ -264,6 +273,8 @@ class JobSpec:
         _SET_SPEC_DEPENDS_ON(self, None if depends_on is None else _job_ids(depends_on))
         _SET_SPEC_ON_PARENT_FAILURE(self, on_parent_failure)
         _SET_SPEC_GROUP_KEY(self, group_key)
+        _SET_SPEC_SEQUENCE_KEY(self, sequence_key)
+        _SET_SPEC_SEQUENCE_ON_FAILURE(self, sequence_on_failure)
         # The checks, on the arguments (locals are cheaper to read than slots).
         # The common job (plain str names, an int priority, no options) passes three cheap tests; batch
         # enqueues build thousands of specs, so anything else takes the detailed checks below.
@@ -275,7 +286,7 @@ class JobSpec:
             _check_priority(priority)
         if (run_at is not None or delay is not None or dedupe_key is not None or watermark is not None
                 or max_attempts is not None or depends_on is not None or on_parent_failure != "cancel"
-                or group_key is not None):
+                or group_key is not None or sequence_key is not None or sequence_on_failure != "hold"):
             self._check_options()
         _SET_SPEC_PAYLOAD_JSON(self, encode_json("payload", payload, {}))
 
@@ -305,6 +316,12 @@ class JobSpec:
             raise InvalidJob(f"on_parent_failure must be 'cancel' or 'run', got {self.on_parent_failure!r}")
         if self.depends_on and (self.dedupe_key is not None or self.watermark is not None):
             raise InvalidJob("depends_on cannot be combined with dedupe_key or watermark")
+        if self.sequence_key is not None:
+            _check_text("sequence_key", self.sequence_key, required=True)
+            if self.dedupe_key is not None or self.watermark is not None:
+                raise InvalidJob("sequence_key cannot be combined with dedupe_key or watermark")
+        if self.sequence_on_failure not in ("hold", "continue"):
+            raise InvalidJob(f"sequence_on_failure must be 'hold' or 'continue', got {self.sequence_on_failure!r}")
 
     @property
     def delay_s(self) -> float | None:
@@ -312,10 +329,11 @@ class JobSpec:
         return None if self.delay is None else delay_seconds(self.delay)
 
 
-# In field order (kind ... on_parent_failure, group_key, then payload_json).
+# In field order (kind ... on_parent_failure, group_key, sequence_key, sequence_on_failure, then payload_json).
 (_SET_SPEC_KIND, _SET_SPEC_PAYLOAD, _SET_SPEC_QUEUE, _SET_SPEC_PRIORITY, _SET_SPEC_RUN_AT, _SET_SPEC_DELAY,
  _SET_SPEC_DEDUPE_KEY, _SET_SPEC_WATERMARK, _SET_SPEC_MAX_ATTEMPTS, _SET_SPEC_DEPENDS_ON,
- _SET_SPEC_ON_PARENT_FAILURE, _SET_SPEC_GROUP_KEY, _SET_SPEC_PAYLOAD_JSON) = _slot_setters(JobSpec).values()
+ _SET_SPEC_ON_PARENT_FAILURE, _SET_SPEC_GROUP_KEY, _SET_SPEC_SEQUENCE_KEY, _SET_SPEC_SEQUENCE_ON_FAILURE,
+ _SET_SPEC_PAYLOAD_JSON) = _slot_setters(JobSpec).values()
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -424,20 +442,20 @@ def _encode(value: JSON) -> str:
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
-def group_key_from(group_by: str | None, payload: JSON) -> str | None:
+def group_key_from(group_by: str | None, payload: JSON, option: str = "group_by") -> str | None:
     """The group key a task declared with `group_by=field` gives a job with `payload`: the field's
     value as text (a str as it is, an int in decimal). None when `group_by` is None or the payload
     has no such field (or it is None): the job then has no group. Raises InvalidJob for a value of
-    another type, or an empty str."""
+    another type, or an empty str. The sequence key of `sequence_by` likewise (`option` names it)."""
     if group_by is None or not isinstance(payload, dict):
         return None
     value = payload.get(group_by)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, str | int):
-        raise InvalidJob(f"group_by field {group_by!r} must hold a str or an int, got {type(value).__name__}")
+        raise InvalidJob(f"{option} field {group_by!r} must hold a str or an int, got {type(value).__name__}")
     key = value if isinstance(value, str) else str(value)
-    _check_text(f"group_by field {group_by!r}", key, required=True)
+    _check_text(f"{option} field {group_by!r}", key, required=True)
     return key
 
 

@@ -78,7 +78,7 @@ def test_jobspec_init_is_the_one_dataclass_would_write() -> None:
     ]
     spec = JobSpec("k", {"a": 1}, "q", 5, None, 2.0, "key", 7, 3)
     assert dataclasses.astuple(spec) == ("k", {"a": 1}, "q", 5, None, 2.0, "key", 7, 3, None, "cancel", None,
-                                         '{"a":1}')
+                                         None, "hold", '{"a":1}')
     after = JobSpec("k", None, "q", 0, None, None, None, None, None, [3, 2, 3], "run")
     assert (after.depends_on, after.on_parent_failure) == ((3, 2), "run")
     assert dataclasses.replace(spec, priority=6).priority == 6
