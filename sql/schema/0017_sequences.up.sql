@@ -11,7 +11,8 @@
 -- The tail of each (queue, key) is a row of pgq.sequence_tails, upserted by the enqueue: its row
 -- lock serializes the producers of one key (two producers of different keys never meet), and no
 -- worker ever touches the table. A batch locks its keys in one global order (queue, key), so
--- producers cannot deadlock on them; jobs of one key in one batch are chained in input order.
+-- producers cannot deadlock on them; jobs of one key in one batch are chained in input order. The
+-- batch takes its ids after those locks, so each key's chain follows id order.
 --
 -- How a predecessor's finish moves the sequence (pgq.release_children):
 --   succeeded, cancelled      the next job is released (an operator's cancel moves the sequence on);
@@ -88,6 +89,7 @@ SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     missing   bigint;
+    n_locked  bigint;
     new_ids   bigint[];
     seq_jobs  integer[] := '{}';
     seq_prevs bigint[] := '{}';
@@ -97,13 +99,29 @@ BEGIN
         RAISE EXCEPTION 'pgq.enqueue_after: edge_jobs and edge_parents differ in length'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    -- The ids, taken from the sequence in input order before anything else: a sequence edge within
-    -- the batch names its parent by id.
+    IF cardinality(array_remove(sequence_keys, NULL)) > 0 THEN
+        -- Each key's tail row, locked in (queue, key) order (created if new, its job_id NULL till below)
+        -- by the upsert's no-op update, before the ids are taken: the producers of a key take theirs
+        -- one after the other, so a key's chain follows id order, whatever order they commit in.
+        WITH locked AS (
+            INSERT INTO pgq.sequence_tails AS t (queue, sequence_key)
+            SELECT DISTINCT coalesce(q.queue, 'default'), k.key
+            FROM unnest(sequence_keys) WITH ORDINALITY AS k(key, ord)
+            LEFT JOIN unnest(queues) WITH ORDINALITY AS q(queue, ord) ON q.ord = k.ord
+            WHERE k.key IS NOT NULL
+            ORDER BY 1, 2
+            ON CONFLICT (queue, sequence_key) DO UPDATE SET job_id = t.job_id
+            RETURNING 1
+        )
+        SELECT count(*) INTO n_locked FROM locked;
+    END IF;
+    -- The ids, taken from the sequence in input order: a sequence edge within the batch names its
+    -- parent by id.
     new_ids := ARRAY(SELECT nextval(pg_get_serial_sequence('pgq.jobs', 'id'))
                      FROM generate_series(1, coalesce(cardinality(kinds), 0)) AS g(n) ORDER BY g.n);
     IF cardinality(array_remove(sequence_keys, NULL)) > 0 THEN
-        -- Each key's tail row, locked in (queue, key) order (created if new, its job_id NULL till below):
-        -- the upsert's no-op update takes the row lock and returns the row as it is.
+        -- The tails, read under the locks taken above (this statement's snapshot sees the last
+        -- producer's commit).
         WITH keyed AS (
             SELECT k.ord, coalesce(q.queue, 'default') AS queue, k.key,
                    coalesce(c.cont, false) AS cont
@@ -113,10 +131,9 @@ BEGIN
             WHERE k.key IS NOT NULL
         ),
         tails AS (
-            INSERT INTO pgq.sequence_tails AS t (queue, sequence_key)
-            SELECT DISTINCT x.queue, x.key FROM keyed x ORDER BY 1, 2
-            ON CONFLICT (queue, sequence_key) DO UPDATE SET job_id = t.job_id
-            RETURNING t.queue, t.sequence_key, t.job_id, t.hold
+            SELECT t.queue, t.sequence_key, t.job_id, t.hold
+            FROM pgq.sequence_tails t
+            WHERE (t.queue, t.sequence_key) IN (SELECT x.queue, x.key FROM keyed x)
         ),
         chained AS (
             -- Each job's predecessor: the previous job of its key in the batch, else the key's tail.

@@ -1,6 +1,6 @@
 """Sequences (revision 0017) on real PostgreSQL: jobs with one sequence key chain in enqueue order,
 a failure holds the rest until a retry or a cancel, 'continue' moves on, explain says who holds a
-job, and concurrent producers of the same keys build one chain per key without deadlocking."""
+job, and concurrent producers of the same keys build one chain per key, in id order, without deadlocking."""
 
 from __future__ import annotations
 
@@ -138,11 +138,11 @@ def test_concurrent_producers_build_one_chain_per_key(pgq_queue: Queue, db: SQL)
     for key in keys:
         chain = _chain(db, key)
         assert len(chain) == 6 * 20 + (6 // 3) * 20
-        # Every job but the first waits on exactly one: the one enqueued (committed) before it. Ids
-        # are taken before the key's lock, so the chain follows commit order, not always id order.
-        parents = [p for _, p in chain]
-        assert parents.count(None) == 1
-        assert sorted(p for p in parents if p is not None) == sorted(j for j, p in chain if j != _tail(db, key))
+        # Each job waits on the job of its key with the next lower id: ids are taken under the key's
+        # lock, so the chain follows id order whatever order the producers committed in.
+        ids = [j for j, _ in chain]
+        assert chain == list(zip(ids, [None, *ids[:-1]], strict=True))
+        assert _tail(db, key) == ids[-1]
         edges = _rows(db, "SELECT count(*) FROM pgq.job_dependencies d JOIN pgq.jobs j ON j.id = d.job_id "
                    "WHERE j.sequence_key = %s", [key])
         assert edges == [(len(chain) - 1,)]
@@ -151,3 +151,32 @@ def test_concurrent_producers_build_one_chain_per_key(pgq_queue: Queue, db: SQL)
 
 def _tail(db: SQL, key: str) -> int:
     return int(str(_rows(db, "SELECT job_id FROM pgq.sequence_tails WHERE sequence_key = %s", [key])[0][0]))
+
+
+def test_a_purge_keeps_a_failed_job_that_holds_its_sequence(pgq_queue: Queue, db: SQL) -> None:
+    a = pgq_queue.enqueue("k", sequence_key="s", max_attempts=1)
+    b = pgq_queue.enqueue("k", sequence_key="s", max_attempts=1)
+    done = pgq_queue.enqueue("other")  # finished too, but holds nothing
+    claims = {c.id: c for c in pgq_queue.claim(worker="w", limit=10)}
+    assert sorted(claims) == [a, done]
+    pgq_queue.fail(claims[a], "boom")
+    pgq_queue.complete(claims[done])
+    assert pgq_queue.purge(0) == 1  # the unsequenced job only
+    assert pgq_queue.delete_where(kind="k").changed == 0  # nor does the bulk delete take it
+    assert _statuses(pgq_queue, [a, b]) == [JobStatus.FAILED, JobStatus.WAITING]
+    assert pgq_queue.explain(b).reasons[0].code == "sequence_held"
+
+    # Retried and failing for good again, it holds again: still kept.
+    pgq_queue.retry(a)
+    (claim,) = pgq_queue.claim(worker="w")
+    assert claim.id == a
+    pgq_queue.fail(claim, "boom again")
+    assert pgq_queue.purge(0) == 0
+    # The operator's cancel lets the sequence move on, and the purge take it.
+    pgq_queue.cancel(a)
+    assert pgq_queue.get(b).status is JobStatus.QUEUED
+    assert pgq_queue.purge(0) == 1
+    (claim,) = pgq_queue.claim(worker="w")
+    assert claim.id == b
+    pgq_queue.fail(claim, "boom")  # the key's tail, with no job behind it: nothing to hold
+    assert pgq_queue.purge(0) == 1
