@@ -78,6 +78,10 @@ class Job:
     group_key: str | None = None
     """The job's group (`enqueue(group_key=...)`, a task's `group_by`): per-group limits and fair
     claiming apply per group key. None: no group."""
+    sequence_key: str | None = None
+    """The job's sequence (`enqueue(sequence_key=...)`, a task's `sequence_by`, revision 0017): jobs
+    with the same key in a queue run one at a time, in enqueue order. None: none, and always None in
+    a Claim (the claim does not read it)."""
 
     @property
     def error(self) -> str | None:
@@ -144,6 +148,7 @@ class Job:
         _SET_JOB_FINISHED_AT(job, finished_at)
         _SET_JOB_PROGRESS(job, progress)
         _SET_JOB_GROUP_KEY(job, group_key)
+        _SET_JOB_SEQUENCE_KEY(job, None)
         return job
 
 
@@ -153,12 +158,12 @@ def _slot_setters(cls: type) -> dict[str, Callable[[Any, Any], None]]:
     return {f.name: getattr(cls, f.name).__set__ for f in fields(cls)}
 
 
-# In field order (id ... progress, group_key).
+# In field order (id ... progress, group_key, sequence_key).
 (_SET_JOB_ID, _SET_JOB_QUEUE, _SET_JOB_KIND, _SET_JOB_PAYLOAD, _SET_JOB_PRIORITY, _SET_JOB_STATUS, _SET_JOB_RUN_AT,
  _SET_JOB_ATTEMPTS, _SET_JOB_MAX_ATTEMPTS, _SET_JOB_DEDUPE_KEY, _SET_JOB_LEASE_TOKEN, _SET_JOB_LEASE_EXPIRES_AT,
  _SET_JOB_CLAIMED_BY, _SET_JOB_LAST_ERROR, _SET_JOB_RESULT, _SET_JOB_INPUT_WATERMARK, _SET_JOB_DONE_WATERMARK,
  _SET_JOB_CREATED_AT, _SET_JOB_STARTED_AT, _SET_JOB_FINISHED_AT, _SET_JOB_PROGRESS,
- _SET_JOB_GROUP_KEY) = _slot_setters(Job).values()
+ _SET_JOB_GROUP_KEY, _SET_JOB_SEQUENCE_KEY) = _slot_setters(Job).values()
 
 
 @dataclass(frozen=True, slots=True)
@@ -507,6 +512,10 @@ class Dependency:
     status: JobStatus | None
     needs_success: bool
     parent_outcome: JobStatus | None
+    sequence_hold: bool | None = None
+    """None: an edge of depends_on. Otherwise a sequence edge (revision 0017: the child is the next
+    job of the parent's sequence): True, the parent failing for good holds the child; False, the
+    parent was enqueued with sequence_on_failure "continue"."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -533,6 +542,14 @@ class Dependencies:
         waiting job waits for."""
         return tuple(p for p in self.parents if p.parent_outcome is None)
 
+    @property
+    def held_by(self) -> int | None:
+        """For a waiting job of a sequence, the job before it in its sequence that it still waits for
+        (running, queued, waiting, or failed and holding it); None otherwise."""
+        if self.status is not JobStatus.WAITING:
+            return None
+        return next((p.id for p in self.unfinished_parents if p.sequence_hold is not None), None)
+
     @classmethod
     def from_rows(cls, rows: Iterable[Mapping[str, Any]]) -> Dependencies | None:
         """Build from the rows of sql/job_dependencies.sql (a row per relation: 'job', 'parent',
@@ -546,7 +563,8 @@ class Dependencies:
             status, outcome = row["status"], row["parent_outcome"]
             edges[row["relation"]].append(Dependency(
                 int(row["id"]), row["kind"], None if status is None else JobStatus(status),
-                bool(row["needs_success"]), None if outcome is None else JobStatus(outcome)))
+                bool(row["needs_success"]), None if outcome is None else JobStatus(outcome),
+                row.get("sequence_hold")))
         if job is None:
             return None
         return cls(int(job["id"]), JobStatus(job["status"]), job["pending_parents"], tuple(edges["parent"]),
