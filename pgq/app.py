@@ -151,6 +151,8 @@ class App:
         group_by: str | None = None,
         group_concurrency: int | None = None,
         group_rate_limit: str | tuple[int, float] | None = None,
+        sequence_by: str | None = None,
+        sequence_on_failure: str = "hold",
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -171,6 +173,8 @@ class App:
         group_by: str | None = None,
         group_concurrency: int | None = None,
         group_rate_limit: str | tuple[int, float] | None = None,
+        sequence_by: str | None = None,
+        sequence_on_failure: str = "hold",
     ) -> AnyTask | Callable[[Handler], AnyTask]:
         """Register a handler (`def` or `async def`) as a task: `@app.task` or `@app.task(...)`.
 
@@ -191,7 +195,10 @@ class App:
         whose value (a str or an int) is a job's group key; `group_concurrency`: at most this many
         running jobs of the kind per group key; `group_rate_limit`: at most so many starts per window
         per group key (as `rate_limit`); a worker stores both in the database when it starts (see
-        `Queue.set_group_limits`). Raises PgqError for a name
+        `Queue.set_group_limits`). `sequence_by`: the payload field whose value (a str or an int) is
+        a job's sequence key: jobs with the same key in a queue run one at a time, in enqueue order;
+        `sequence_on_failure`: "hold" (a job failing for good holds the rest of its sequence until
+        it is retried or cancelled) or "continue". Raises PgqError for a name
         already registered and InvalidJob for bad values (a follow-up task that does not take
         those arguments included).
         """
@@ -201,7 +208,8 @@ class App:
                                   timeout=timeout, concurrency_limit=concurrency_limit, priority=priority,
                                   rate_limit=rate_limit, on_success=on_success, on_failure=on_failure,
                                   group_by=group_by, group_concurrency=group_concurrency,
-                                  group_rate_limit=group_rate_limit)
+                                  group_rate_limit=group_rate_limit, sequence_by=sequence_by,
+                                  sequence_on_failure=sequence_on_failure)
 
         return register if func is None else register(func)
 
@@ -222,6 +230,8 @@ class App:
         group_by: str | None = None,
         group_concurrency: int | None = None,
         group_rate_limit: str | tuple[int, float] | None = None,
+        sequence_by: str | None = None,
+        sequence_on_failure: str = "hold",
     ) -> Task[P, R]:
         if not callable(func):
             raise PgqError(f"a task handler must be callable, got {type(func).__name__}")
@@ -243,6 +253,11 @@ class App:
             raise InvalidJob(f"task {kind!r}: group_concurrency must be an int >= 1, got {group_concurrency!r}")
         if group_by is not None and (not isinstance(group_by, str) or not group_by):
             raise InvalidJob(f"task {kind!r}: group_by must be a non-empty str (a payload field)")
+        if sequence_by is not None and (not isinstance(sequence_by, str) or not sequence_by):
+            raise InvalidJob(f"task {kind!r}: sequence_by must be a non-empty str (a payload field)")
+        if sequence_on_failure not in ("hold", "continue"):
+            raise InvalidJob(f"task {kind!r}: sequence_on_failure must be 'hold' or 'continue', "
+                             f"got {sequence_on_failure!r}")
         if retry is not None and not callable(getattr(retry, "retry_in", None)):
             raise InvalidJob(f"task {kind!r}: retry must have a retry_in(attempt, error) method")
         task = Task(self, func, name=kind, queue=queue, priority=priority, max_attempts=max_attempts,
@@ -251,7 +266,8 @@ class App:
                     rate_limit=None if rate_limit is None else parse_rate(rate_limit),
                     on_success=on_success, on_failure=on_failure, group_by=group_by,
                     group_concurrency=group_concurrency,
-                    group_rate_limit=None if group_rate_limit is None else parse_rate(group_rate_limit))
+                    group_rate_limit=None if group_rate_limit is None else parse_rate(group_rate_limit),
+                    sequence_by=sequence_by, sequence_on_failure=sequence_on_failure)
         self._tasks[kind] = task
         return task
 

@@ -57,10 +57,10 @@ class WorkerInfo:
                 "live": self.live, "running_count": self.running_count, "running": list(self.running)}
 
 
-REASONS: Final = ("finished", "running", "scheduled", "waiting_for_parents", "queue_paused",
+REASONS: Final = ("finished", "running", "scheduled", "sequence_held", "waiting_for_parents", "queue_paused",
                   "concurrency_limit_full", "rate_limit_full", "no_live_worker", "unknown_kind", "ready")
-"""The reason codes of `pgq.explain`, in the order it reports them (see sql/schema/0013_operations.up.sql).
-The fairness issue adds "sequence_held" (its hook is marked HOOK(sequences) in that file)."""
+"""The reason codes of `pgq.explain`, in the order it reports them (see sql/schema/0013_operations.up.sql;
+"sequence_held", a job waiting on its sequence's previous job, "held by job N", is revision 0017's)."""
 
 
 @dataclass(frozen=True, slots=True)

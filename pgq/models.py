@@ -78,6 +78,10 @@ class Job:
     group_key: str | None = None
     """The job's group (`enqueue(group_key=...)`, a task's `group_by`): per-group limits and fair
     claiming apply per group key. None: no group."""
+    sequence_key: str | None = None
+    """The job's sequence (`enqueue(sequence_key=...)`, a task's `sequence_by`, revision 0017): jobs
+    with the same key in a queue run one at a time, in enqueue order. None: none, and always None in
+    a Claim (the claim does not read it)."""
 
     @property
     def error(self) -> str | None:
@@ -144,6 +148,7 @@ class Job:
         _SET_JOB_FINISHED_AT(job, finished_at)
         _SET_JOB_PROGRESS(job, progress)
         _SET_JOB_GROUP_KEY(job, group_key)
+        _SET_JOB_SEQUENCE_KEY(job, None)
         return job
 
 
@@ -153,12 +158,12 @@ def _slot_setters(cls: type) -> dict[str, Callable[[Any, Any], None]]:
     return {f.name: getattr(cls, f.name).__set__ for f in fields(cls)}
 
 
-# In field order (id ... progress, group_key).
+# In field order (id ... progress, group_key, sequence_key).
 (_SET_JOB_ID, _SET_JOB_QUEUE, _SET_JOB_KIND, _SET_JOB_PAYLOAD, _SET_JOB_PRIORITY, _SET_JOB_STATUS, _SET_JOB_RUN_AT,
  _SET_JOB_ATTEMPTS, _SET_JOB_MAX_ATTEMPTS, _SET_JOB_DEDUPE_KEY, _SET_JOB_LEASE_TOKEN, _SET_JOB_LEASE_EXPIRES_AT,
  _SET_JOB_CLAIMED_BY, _SET_JOB_LAST_ERROR, _SET_JOB_RESULT, _SET_JOB_INPUT_WATERMARK, _SET_JOB_DONE_WATERMARK,
  _SET_JOB_CREATED_AT, _SET_JOB_STARTED_AT, _SET_JOB_FINISHED_AT, _SET_JOB_PROGRESS,
- _SET_JOB_GROUP_KEY) = _slot_setters(Job).values()
+ _SET_JOB_GROUP_KEY, _SET_JOB_SEQUENCE_KEY) = _slot_setters(Job).values()
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +223,11 @@ class JobSpec:
 
     `group_key`: the job's group (a tenant, a customer; non-empty text): per-group limits
     (`Queue.set_group_limits`) and fair claiming apply per group key.
+
+    `sequence_key`: the job's sequence (non-empty text; revision 0017): jobs with the same key in a
+    queue run one at a time, in enqueue order; not with a dedupe_key or watermark.
+    `sequence_on_failure`: "hold" (the job failing for good holds the rest of its sequence until it
+    is retried or cancelled) or "continue" (the sequence moves on).
     """
 
     kind: str
@@ -232,6 +242,8 @@ class JobSpec:
     depends_on: tuple[int, ...] | None = None
     on_parent_failure: str = "cancel"
     group_key: str | None = None
+    sequence_key: str | None = None
+    sequence_on_failure: str = "hold"
     payload_json: str = field(init=False, repr=False, compare=False)
 
     def __init__(
@@ -248,6 +260,8 @@ class JobSpec:
         depends_on: Iterable[int] | None = None,
         on_parent_failure: str = "cancel",
         group_key: str | None = None,
+        sequence_key: str | None = None,
+        sequence_on_failure: str = "hold",
     ) -> None:
         # The __init__ dataclass would write for these fields, filling the slots directly: a frozen
         # dataclass's own sets each one through object.__setattr__, which took a third of the time
@@ -264,6 +278,8 @@ class JobSpec:
         _SET_SPEC_DEPENDS_ON(self, None if depends_on is None else _job_ids(depends_on))
         _SET_SPEC_ON_PARENT_FAILURE(self, on_parent_failure)
         _SET_SPEC_GROUP_KEY(self, group_key)
+        _SET_SPEC_SEQUENCE_KEY(self, sequence_key)
+        _SET_SPEC_SEQUENCE_ON_FAILURE(self, sequence_on_failure)
         # The checks, on the arguments (locals are cheaper to read than slots).
         # The common job (plain str names, an int priority, no options) passes three cheap tests; batch
         # enqueues build thousands of specs, so anything else takes the detailed checks below.
@@ -275,7 +291,7 @@ class JobSpec:
             _check_priority(priority)
         if (run_at is not None or delay is not None or dedupe_key is not None or watermark is not None
                 or max_attempts is not None or depends_on is not None or on_parent_failure != "cancel"
-                or group_key is not None):
+                or group_key is not None or sequence_key is not None or sequence_on_failure != "hold"):
             self._check_options()
         _SET_SPEC_PAYLOAD_JSON(self, encode_json("payload", payload, {}))
 
@@ -305,6 +321,12 @@ class JobSpec:
             raise InvalidJob(f"on_parent_failure must be 'cancel' or 'run', got {self.on_parent_failure!r}")
         if self.depends_on and (self.dedupe_key is not None or self.watermark is not None):
             raise InvalidJob("depends_on cannot be combined with dedupe_key or watermark")
+        if self.sequence_key is not None:
+            _check_text("sequence_key", self.sequence_key, required=True)
+            if self.dedupe_key is not None or self.watermark is not None:
+                raise InvalidJob("sequence_key cannot be combined with dedupe_key or watermark")
+        if self.sequence_on_failure not in ("hold", "continue"):
+            raise InvalidJob(f"sequence_on_failure must be 'hold' or 'continue', got {self.sequence_on_failure!r}")
 
     @property
     def delay_s(self) -> float | None:
@@ -312,10 +334,11 @@ class JobSpec:
         return None if self.delay is None else delay_seconds(self.delay)
 
 
-# In field order (kind ... on_parent_failure, group_key, then payload_json).
+# In field order (kind ... on_parent_failure, group_key, sequence_key, sequence_on_failure, then payload_json).
 (_SET_SPEC_KIND, _SET_SPEC_PAYLOAD, _SET_SPEC_QUEUE, _SET_SPEC_PRIORITY, _SET_SPEC_RUN_AT, _SET_SPEC_DELAY,
  _SET_SPEC_DEDUPE_KEY, _SET_SPEC_WATERMARK, _SET_SPEC_MAX_ATTEMPTS, _SET_SPEC_DEPENDS_ON,
- _SET_SPEC_ON_PARENT_FAILURE, _SET_SPEC_GROUP_KEY, _SET_SPEC_PAYLOAD_JSON) = _slot_setters(JobSpec).values()
+ _SET_SPEC_ON_PARENT_FAILURE, _SET_SPEC_GROUP_KEY, _SET_SPEC_SEQUENCE_KEY, _SET_SPEC_SEQUENCE_ON_FAILURE,
+ _SET_SPEC_PAYLOAD_JSON) = _slot_setters(JobSpec).values()
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -424,20 +447,20 @@ def _encode(value: JSON) -> str:
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
-def group_key_from(group_by: str | None, payload: JSON) -> str | None:
+def group_key_from(group_by: str | None, payload: JSON, option: str = "group_by") -> str | None:
     """The group key a task declared with `group_by=field` gives a job with `payload`: the field's
     value as text (a str as it is, an int in decimal). None when `group_by` is None or the payload
     has no such field (or it is None): the job then has no group. Raises InvalidJob for a value of
-    another type, or an empty str."""
+    another type, or an empty str. The sequence key of `sequence_by` likewise (`option` names it)."""
     if group_by is None or not isinstance(payload, dict):
         return None
     value = payload.get(group_by)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, str | int):
-        raise InvalidJob(f"group_by field {group_by!r} must hold a str or an int, got {type(value).__name__}")
+        raise InvalidJob(f"{option} field {group_by!r} must hold a str or an int, got {type(value).__name__}")
     key = value if isinstance(value, str) else str(value)
-    _check_text(f"group_by field {group_by!r}", key, required=True)
+    _check_text(f"{option} field {group_by!r}", key, required=True)
     return key
 
 
@@ -489,6 +512,10 @@ class Dependency:
     status: JobStatus | None
     needs_success: bool
     parent_outcome: JobStatus | None
+    sequence_hold: bool | None = None
+    """None: an edge of depends_on. Otherwise a sequence edge (revision 0017: the child is the next
+    job of the parent's sequence): True, the parent failing for good holds the child; False, the
+    parent was enqueued with sequence_on_failure "continue"."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -515,6 +542,14 @@ class Dependencies:
         waiting job waits for."""
         return tuple(p for p in self.parents if p.parent_outcome is None)
 
+    @property
+    def held_by(self) -> int | None:
+        """For a waiting job of a sequence, the job before it in its sequence that it still waits for
+        (running, queued, waiting, or failed and holding it); None otherwise."""
+        if self.status is not JobStatus.WAITING:
+            return None
+        return next((p.id for p in self.unfinished_parents if p.sequence_hold is not None), None)
+
     @classmethod
     def from_rows(cls, rows: Iterable[Mapping[str, Any]]) -> Dependencies | None:
         """Build from the rows of sql/job_dependencies.sql (a row per relation: 'job', 'parent',
@@ -528,7 +563,8 @@ class Dependencies:
             status, outcome = row["status"], row["parent_outcome"]
             edges[row["relation"]].append(Dependency(
                 int(row["id"]), row["kind"], None if status is None else JobStatus(status),
-                bool(row["needs_success"]), None if outcome is None else JobStatus(outcome)))
+                bool(row["needs_success"]), None if outcome is None else JobStatus(outcome),
+                row.get("sequence_hold")))
         if job is None:
             return None
         return cls(int(job["id"]), JobStatus(job["status"]), job["pending_parents"], tuple(edges["parent"]),

@@ -56,6 +56,8 @@ class _Options:
     depends_on: Iterable[int] | None = None
     on_parent_failure: str = "cancel"
     group_key: str | None = None
+    sequence_key: str | None = None
+    sequence_on_failure: str | None = None
 
 
 class Task(Generic[P, R]):
@@ -99,6 +101,8 @@ class Task(Generic[P, R]):
         group_by: str | None = None,
         group_concurrency: int | None = None,
         group_rate_limit: tuple[int, float] | None = None,
+        sequence_by: str | None = None,
+        sequence_on_failure: str = "hold",
     ) -> None:
         self.app = app
         self.func = func
@@ -113,6 +117,8 @@ class Task(Generic[P, R]):
         self.group_by = group_by
         self.group_concurrency = group_concurrency
         self.group_rate_limit = group_rate_limit
+        self.sequence_by = sequence_by
+        self.sequence_on_failure = sequence_on_failure
         self.on_success = _check_follow_up(name, "on_success", on_success, {"job_id": 1, "result": None})
         self.on_failure = _check_follow_up(name, "on_failure", on_failure, {"job_id": 1, "error": ""})
         self.is_async = inspect.iscoroutinefunction(inspect.unwrap(func)) or inspect.iscoroutinefunction(func)
@@ -200,6 +206,8 @@ class Task(Generic[P, R]):
         depends_on: Iterable[int] | None = None,
         on_parent_failure: str = "cancel",
         group_key: str | None = None,
+        sequence_key: str | None = None,
+        sequence_on_failure: str | None = None,
         conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None = None,
     ) -> Deferral[P, R]:
         """Job options for the next `defer`: `task.configure(delay=10).defer(x=1)`.
@@ -209,10 +217,12 @@ class Task(Generic[P, R]):
         and only if that transaction commits, and pgq never commits it. Dedupe and watermark rules:
         see `Queue.enqueue_many`; dependencies (`depends_on`, `on_parent_failure`): see
         `Queue.enqueue`. `group_key`: the job's group; left out, the value of the task's `group_by`
-        field of the payload (if any). Nothing is validated or sent until `defer`.
+        field of the payload (if any). `sequence_key`, `sequence_on_failure`: the job's sequence and
+        what its failure does to it; left out, the task's `sequence_by` field of the payload and its
+        `sequence_on_failure`. Nothing is validated or sent until `defer`.
         """
         options = _Options(queue, priority, delay, run_at, dedupe_key, watermark, max_attempts, depends_on,
-                           on_parent_failure, group_key)
+                           on_parent_failure, group_key, sequence_key, sequence_on_failure)
         return Deferral(self, options, conn)
 
     def spec(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
@@ -262,6 +272,9 @@ class Deferral(Generic[P, R]):
             depends_on=o.depends_on,
             on_parent_failure=o.on_parent_failure,
             group_key=group_key_from(task.group_by, payload) if o.group_key is None else o.group_key,
+            sequence_key=(group_key_from(task.sequence_by, payload, "sequence_by") if o.sequence_key is None
+                          else o.sequence_key),
+            sequence_on_failure=task.sequence_on_failure if o.sequence_on_failure is None else o.sequence_on_failure,
         )
 
     def defer(self, *args: P.args, **kwargs: P.kwargs) -> int:
@@ -321,7 +334,7 @@ that names a task of the worker's app takes that task's defaults (queue, priorit
 
 _FOLLOW_UP_OPTIONS = frozenset(
     ("queue", "priority", "run_at", "delay", "dedupe_key", "watermark", "max_attempts", "depends_on",
-     "on_parent_failure", "group_key"))
+     "on_parent_failure", "group_key", "sequence_key", "sequence_on_failure"))
 
 
 def after_success(kind_or_task: FollowUp, payload: JSON = None, **enqueue_options: Any) -> None:
@@ -334,7 +347,8 @@ def after_success(kind_or_task: FollowUp, payload: JSON = None, **enqueue_option
     `kind_or_task`: a Task (its defaults apply, and `payload` must fit its handler) or a job kind;
     `payload`: the job's payload (for a Task, a dict of keyword arguments); `enqueue_options`: as
     `Queue.enqueue` (queue, priority, run_at, delay, dedupe_key, watermark, max_attempts,
-    depends_on, on_parent_failure, group_key). May be called several times. Raises InvalidJob at once for bad
+    depends_on, on_parent_failure, group_key, sequence_key, sequence_on_failure). May be called
+    several times. Raises InvalidJob at once for bad
     input (nothing recorded), PgqError outside a handler run by a pgq worker.
     """
     context = _context()

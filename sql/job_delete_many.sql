@@ -5,6 +5,12 @@ WITH doomed AS (
     SELECT j.id, j.pending_parents IS NOT NULL AS dependent
     FROM pgq.jobs j
     WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status IN ('succeeded', 'failed', 'cancelled')
+      -- A failed job that holds its sequence (an open held edge, revision 0017) stays until it is
+      -- retried or cancelled: its successors would wait forever. One probe of
+      -- job_dependencies_open_idx per failed candidate.
+      AND NOT (j.status = 'failed'
+               AND EXISTS (SELECT 1 FROM pgq.job_dependencies h
+                           WHERE h.parent_id = j.id AND h.parent_outcome IS NULL AND h.sequence_hold))
     ORDER BY j.id
     FOR UPDATE SKIP LOCKED
 ),

@@ -7,6 +7,12 @@ WITH doomed AS (
     FROM pgq.jobs j
     WHERE j.status IN ('succeeded', 'failed', 'cancelled')
       AND j.finished_at < now() - make_interval(secs => %(older_than_s)s)
+      -- A failed job that holds its sequence (an open held edge, revision 0017) stays until it is
+      -- retried or cancelled: its successors would wait forever. One probe of
+      -- job_dependencies_open_idx per failed candidate.
+      AND NOT (j.status = 'failed'
+               AND EXISTS (SELECT 1 FROM pgq.job_dependencies h
+                           WHERE h.parent_id = j.id AND h.parent_outcome IS NULL AND h.sequence_hold))
     ORDER BY j.finished_at
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED

@@ -42,7 +42,8 @@ def enqueue(specs: Sequence[JobSpec]) -> Operation[list[int]]:
 
     Deduplicated specs (all with a dedupe_key) are retry-safe: re-running returns the same ids.
     """
-    if any(s.depends_on is not None for s in specs):
+    # Sequenced jobs are chained by pgq.enqueue_after (revision 0017), as jobs with dependencies are.
+    if any(s.depends_on is not None or s.sequence_key is not None for s in specs):
         return _enqueue_with_dependencies(specs)
 
     def steps() -> Steps[list[int]]:
@@ -141,6 +142,8 @@ def _enqueue_after_params(specs: Sequence[JobSpec]) -> dict[str, Any]:
         "run_on_failure": [s.on_parent_failure == "run" for s in specs],
         "edge_jobs": edge_jobs,
         "edge_parents": edge_parents,
+        "sequence_keys": [s.sequence_key for s in specs],
+        "sequence_continue": [s.sequence_on_failure == "continue" for s in specs],
     }
 
 

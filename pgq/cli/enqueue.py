@@ -57,6 +57,16 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
         help="the job's group (a tenant, a customer): per-group limits and fair claiming apply per "
         "group (see `pgq queue group-limits`)",
     )
+    p.add_argument(
+        "--sequence-key", metavar="K", default=None,
+        help="the job's sequence: jobs with the same key in a queue run one at a time, in enqueue "
+        "order (not with --dedupe-key)",
+    )
+    p.add_argument(
+        "--sequence-on-failure", metavar="F", choices=("hold", "continue"), default=None,
+        help="when the job fails for good: hold (default: the rest of its sequence waits until it is "
+        "retried or cancelled) or continue (the next one runs); needs --sequence-key",
+    )
     p.set_defaults(handler=cmd_enqueue)
 
 
@@ -81,6 +91,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     """`pgq enqueue KIND`: validate everything before connecting, enqueue, print the job id."""
     if args.watermark is not None and args.dedupe_key is None:
         raise CliError("--watermark needs --dedupe-key", EXIT_USAGE)
+    if args.sequence_on_failure is not None and args.sequence_key is None:
+        raise CliError("--sequence-on-failure needs --sequence-key", EXIT_USAGE)
     spec = JobSpec(
         args.kind,
         parse_payload(args.payload),
@@ -91,6 +103,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         watermark=args.watermark,
         max_attempts=args.max_attempts,
         group_key=args.group_key,
+        sequence_key=args.sequence_key,
+        sequence_on_failure=args.sequence_on_failure or "hold",
     )
     with open_queue(args) as queue:
         [job_id] = queue.enqueue_many([spec])

@@ -238,6 +238,8 @@ def format_dependencies(deps: Dependencies) -> str:
         if unlisted > 0:
             waited += f" and {unlisted} more" if waited else f"{unlisted} not among those listed below"
         lines.append(f"waiting for {deps.pending_parents} of {deps.parent_count} parent(s): {waited}")
+        if deps.held_by is not None:
+            lines.append(f"held by job {deps.held_by} (the job before it in its sequence)")
     for name, edges, total, where in (("parents", deps.parents, deps.parent_count, "job_id"),
                                       ("children", deps.children, deps.child_count, "parent_id")):
         if not total:

@@ -266,6 +266,20 @@ class TaskOptions(Protocol):
         """The payload field whose value is a job's group key (None: jobs have no group by default)."""
 
 
+def sequence_options(app: TaskRegistry | None, kind: str, payload: JSON, sequence_key: str | None,
+                     sequence_on_failure: str | None) -> dict[str, Any]:
+    """The sequence_key and sequence_on_failure of a job of `kind` enqueued by name: each given as
+    is; one left out (None) is that of the task `app` registered under `kind` (the key read from
+    `payload` by its `sequence_by`), or without one no sequence and "hold"."""
+    task = None if app is None else app.tasks.get(kind)
+    by = getattr(task, "sequence_by", None)
+    if sequence_key is None and by is not None:
+        sequence_key = group_key_from(by, payload, "sequence_by")
+    if sequence_on_failure is None:
+        sequence_on_failure = getattr(task, "sequence_on_failure", None) or "hold"
+    return {"sequence_key": sequence_key, "sequence_on_failure": sequence_on_failure}
+
+
 class EnqueueSpan(Protocol):
     """An enqueue being traced (pgq.otel): `contexts` holds the trace context to store with each job
     (a JSON object's text, or None), `end` closes the span with the ids or the error."""

@@ -38,6 +38,7 @@ from .common import (
     connection_failure,
     job_options,
     pool_kwargs,
+    sequence_options,
 )
 
 __all__ = ["Queue"]
@@ -213,6 +214,8 @@ class Queue:
         depends_on: Iterable[int] | None = None,
         on_parent_failure: str = "cancel",
         group_key: str | None = None,
+        sequence_key: str | None = None,
+        sequence_on_failure: str | None = None,
         conn: psycopg.Connection[Any] | None = None,
     ) -> int:
         """Enqueue one job and return its id; see `enqueue_many` for the rules.
@@ -226,6 +229,11 @@ class Queue:
         `depends_on`: ids of jobs this one waits for (status waiting); it becomes ready when all of
         them succeeded and is cancelled when one fails or is cancelled, unless `on_parent_failure` is
         "run": then it runs once all of them finished, whatever the outcome (a batch callback).
+        `sequence_key`: the job's sequence: jobs with the same key in a queue run one at a time, in
+        enqueue order (the job waits until the key's previous job finished); `sequence_on_failure`:
+        "hold" (this job failing for good holds the rest of its sequence until it is retried or
+        cancelled) or "continue". Left out, the task's `sequence_by` field of `payload` and its
+        `sequence_on_failure` ("hold" without a task).
         Raises InvalidJob (nothing written) for bad input, a parent id that is no job included. With
         `conn`, the job is written in the caller's transaction: it exists if and only if that
         transaction commits.
@@ -234,7 +242,8 @@ class Queue:
                                                                payload, group_key)
         spec = JobSpec(kind, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
                        dedupe_key=dedupe_key, watermark=watermark, max_attempts=max_attempts,
-                       depends_on=depends_on, on_parent_failure=on_parent_failure, group_key=group_key)
+                       depends_on=depends_on, on_parent_failure=on_parent_failure, group_key=group_key,
+                       **sequence_options(self._app, kind, payload, sequence_key, sequence_on_failure))
         return (self._enqueue([spec], conn))[0]
 
     def enqueue_many(

@@ -89,12 +89,13 @@ REVOKE SELECT ON pgq.workers FROM {producer};
 GRANT SELECT (id, claimed_by, host, pid, queues, kinds, slots, lease_s, refresh_s, started_at, last_seen,
               version, state, role) ON pgq.workers TO {producer};
 GRANT EXECUTE ON FUNCTION
-    pgq.enqueue(text, jsonb, text, integer, timestamptz, text, bigint, integer, bigint[], text, text),
+    pgq.enqueue(text, jsonb, text, integer, timestamptz, text, bigint, integer, bigint[], text, text, text, text),
     pgq.enqueue_many(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], text[], bigint[],
                      integer[], text[]),
-    -- Jobs with dependencies (Queue.enqueue(depends_on=...)).
+    -- Jobs with dependencies (Queue.enqueue(depends_on=...)) or a sequence key (revision 0017: the
+    -- only way to enqueue one, so that it is chained; pgq.sequence_tails stays read-only to producers).
     pgq.enqueue_after(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], integer[], boolean[],
-                      integer[], bigint[], text[]),
+                      integer[], bigint[], text[], text[], boolean[]),
     -- Waiting for a job's outcome (Queue.wait) marks it awaited, so that finishing it notifies.
     pgq.mark_awaited(bigint),
     -- An instrumented client stores the trace context of the jobs it just enqueued (pgq.otel,

@@ -151,6 +151,9 @@ def test_enqueue_bad_json_exits_2_with_one_line_and_writes_nothing(cli: CLI, pgq
         (["--delay", "-1"], "delay must be a finite number of seconds >= 0"),
         (["--max-attempts", "0"], "max attempts must be in"),
         (["--watermark", "3"], "--watermark needs --dedupe-key"),
+        (["--sequence-on-failure", "continue"], "--sequence-on-failure needs --sequence-key"),
+        (["--sequence-key", "s", "--dedupe-key", "d"], "sequence_key cannot be combined"),
+        (["--sequence-key", "s", "--sequence-on-failure", "skip"], "invalid choice"),
         (["--payload", '"\\u0000"'], "NUL"),
     ],
 )
@@ -160,6 +163,17 @@ def test_enqueue_rejects_bad_arguments_with_exit_2(cli: CLI, pgq_dsn: str, db: S
     assert result.code == 2
     assert message in result.err and "Traceback" not in result.err
     assert db("SELECT count(*) AS n FROM pgq.jobs") == [{"n": 0}]
+
+
+def test_enqueue_with_a_sequence_key_chains_the_jobs_of_the_key(cli: CLI, pgq_dsn: str, pgq_queue: Queue) -> None:
+    first = cli("enqueue", "post", "--dsn", pgq_dsn, "--sequence-key", "acct-7", "--sequence-on-failure", "continue")
+    second = cli("enqueue", "post", "--dsn", pgq_dsn, "--sequence-key", "acct-7")
+    assert first.code == second.code == 0, first.err + second.err
+    a, b = int(first.out), int(second.out)
+    assert [pgq_queue.get(i).sequence_key for i in (a, b)] == ["acct-7", "acct-7"]
+    assert pgq_queue.get(b).status is JobStatus.WAITING
+    [parent] = pgq_queue.dependencies(b).parents
+    assert (parent.id, parent.sequence_hold) == (a, False)  # a's failure would let b run
 
 
 def test_enqueue_payload_over_the_size_limit_writes_nothing(cli: CLI, pgq_dsn: str, db: SQL) -> None:
@@ -257,11 +271,30 @@ def test_jobs_show_lists_parents_and_children_and_what_a_waiting_job_waits_for(
     assert as_json["dependencies"] == {
         "pending_parents": 1, "parent_count": 2, "child_count": 1,
         "parents": [{"id": fetch_a, "kind": "fetch", "status": "succeeded", "needs_success": True,
-                     "parent_outcome": "succeeded"},
+                     "parent_outcome": "succeeded", "sequence_hold": None},
                     {"id": fetch_b, "kind": "fetch", "status": "queued", "needs_success": True,
-                     "parent_outcome": None}],
+                     "parent_outcome": None, "sequence_hold": None}],
         "children": [{"id": report, "kind": "report", "status": "waiting", "needs_success": False,
-                      "parent_outcome": None}]}
+                      "parent_outcome": None, "sequence_hold": None}]}
+
+
+def test_jobs_show_says_which_job_holds_a_sequenced_job(cli: CLI, pgq_dsn: str, pgq_queue: Queue) -> None:
+    first = pgq_queue.enqueue("post", sequence_key="acct-7", max_attempts=1)
+    second = pgq_queue.enqueue("post", sequence_key="acct-7")
+    [claim] = pgq_queue.claim(worker="w")
+    pgq_queue.fail(claim, "boom")  # failed for good: it holds the sequence
+
+    shown = cli("jobs", "show", str(second), "--dsn", pgq_dsn)
+    assert shown.code == 0, shown.err
+    fields, _, deps = shown.out.partition("\n\n")
+    assert "sequence_key:     acct-7" in fields.splitlines()
+    assert deps.splitlines()[:2] == [f"waiting for 1 of 1 parent(s): {first}",
+                                     f"held by job {first} (the job before it in its sequence)"]
+    as_json = json.loads(cli("jobs", "show", str(second), "--dsn", pgq_dsn, "--json").out)
+    assert as_json["sequence_key"] == "acct-7"
+    assert as_json["dependencies"]["parents"][0]["sequence_hold"] is True
+    # The held job itself holds nothing: no "held by" line.
+    assert "held by" not in cli("jobs", "show", str(first), "--dsn", pgq_dsn).out
 
 
 def test_jobs_show_of_a_plain_job_prints_no_dependencies(cli: CLI, pgq_dsn: str, pgq_queue: Queue) -> None:

@@ -252,7 +252,7 @@ def test_every_table_column_view_function_and_type_has_a_comment(pgq_dsn: str) -
     uncommented += [("type", row[0]) for row in snapshot["types"] if row[1] == "e" and not row[2]]
     assert tables == {"jobs", "key_watermarks", "concurrency_limits", "paused_queues", "rate_limits",
                       "rate_limit_starts", "job_dependencies", "awaited_jobs", "workers", "job_audit",
-                      "group_limits", "group_rate_starts", "key_raises"}
+                      "group_limits", "group_rate_starts", "key_raises", "sequence_tails"}
     assert uncommented == []
     assert snapshot["schema"][0][1]
 
@@ -480,7 +480,7 @@ def test_0007_adds_dependencies_and_its_downgrade_refuses_while_jobs_wait(pgq_ds
     query(pgq_dsn, "CREATE ROLE pgq_test_grantee NOLOGIN")
     try:
         query(pgq_dsn, "GRANT EXECUTE ON FUNCTION pgq.enqueue(text, jsonb, text, integer, timestamptz, text, "
-                       "bigint, integer, bigint[], text, text) TO pgq_test_grantee")  # 0014's signature
+                       "bigint, integer, bigint[], text, text, text, text) TO pgq_test_grantee")  # 0017's signature
 
         with pytest.raises(psycopg.errors.RaiseException, match="1 jobs wait for parents"):
             migrate.downgrade(pgq_dsn, "0006")
@@ -498,7 +498,8 @@ def test_0007_adds_dependencies_and_its_downgrade_refuses_while_jobs_wait(pgq_ds
         migrate.upgrade(pgq_dsn)  # again: the enum value 'waiting' stayed, and is not added twice
         assert query(pgq_dsn, added) == [("job_dependencies",), ("jobs_waiting_idx",), ("waiting_jobs",)]
         assert query(pgq_dsn, "SELECT has_function_privilege('pgq_test_grantee', 'pgq.enqueue(text, jsonb, "
-                              "text, integer, timestamptz, text, bigint, integer, bigint[], text, text)', 'EXECUTE')"
+                              "text, integer, timestamptz, text, bigint, integer, bigint[], text, text, text, text)', "
+                              "'EXECUTE')"
                      ) == [(True,)]
     finally:
         query(pgq_dsn, "DROP OWNED BY pgq_test_grantee")
@@ -603,7 +604,7 @@ def test_0014_adds_group_keys_and_limits_and_its_downgrade_restores_0013s_schema
                "       (SELECT array_agg(pronargs ORDER BY proname) FROM pg_proc "
                "        WHERE pronamespace = 'pgq'::regnamespace "
                "          AND proname IN ('enqueue', 'enqueue_after', 'enqueue_many', 'claim_group_heads'))")
-    assert query(pgq_dsn, objects) == [(1, True, True, [6, 11, 11, 10])]
+    assert query(pgq_dsn, objects) == [(1, True, True, [6, 13, 13, 10])]  # 0017's signatures
     query(pgq_dsn, "CREATE ROLE pgq_t_0014_granted")
     query(pgq_dsn, "GRANT EXECUTE ON FUNCTION pgq.enqueue_many(text[], jsonb[], text[], smallint[], timestamptz[], "
                    "double precision[], text[], bigint[], integer[], text[]) TO pgq_t_0014_granted")
@@ -621,7 +622,7 @@ def test_0014_adds_group_keys_and_limits_and_its_downgrade_restores_0013s_schema
         assert em in schema_file("0010_scaling_claim.up.sql")
         query(pgq_dsn, "SELECT pgq.enqueue('k')")
         migrate.upgrade(pgq_dsn)
-        assert query(pgq_dsn, objects) == [(1, True, True, [6, 11, 11, 10])]
+        assert query(pgq_dsn, objects) == [(1, True, True, [6, 13, 13, 10])]  # 0017's signatures
         assert query(pgq_dsn, granted) == [(True,)]
         claimed = query(pgq_dsn, "SELECT kind, group_key FROM pgq.claim(NULL, NULL, 10, 60, 'w') ORDER BY id")
         assert claimed == [("k", None)] * 3  # the grouped job's key went with the downgrade
@@ -689,3 +690,52 @@ def test_0016_adds_key_raises_and_its_downgrade_folds_them_and_restores_the_form
         assert queue.complete(claim) is JobStatus.QUEUED  # processed 1 of 5: runs again
     migrate.upgrade(pgq_dsn)
     assert query(pgq_dsn, objects) == [(True, 2)]
+
+
+def test_0017_adds_sequences_and_its_downgrade_refuses_while_jobs_wait_on_one(pgq_dsn: str) -> None:
+    """Revision 0017 adds jobs.sequence_key, the sequence edges and pgq.sequence_tails, with new
+    signatures of pgq.enqueue and pgq.enqueue_after; its downgrade refuses while a job waits on its
+    sequence, and otherwise puts back the replaced functions verbatim, their grants carried both ways."""
+    objects = ("SELECT (SELECT count(*) FROM pg_attribute WHERE attrelid = 'pgq.jobs'::regclass "
+               "        AND attname = 'sequence_key' AND NOT attisdropped),"
+               "       (SELECT count(*) FROM pg_attribute WHERE attrelid = 'pgq.job_dependencies'::regclass "
+               "        AND attname = 'sequence_hold' AND NOT attisdropped),"
+               "       to_regclass('pgq.sequence_tails') IS NOT NULL,"
+               "       (SELECT array_agg(pronargs ORDER BY proname) FROM pg_proc "
+               "        WHERE pronamespace = 'pgq'::regnamespace AND proname IN ('enqueue', 'enqueue_after'))")
+    assert query(pgq_dsn, objects) == [(1, 1, True, [13, 13])]
+    query(pgq_dsn, "CREATE ROLE pgq_t_0017_granted")
+    granted = ("SELECT has_function_privilege('pgq_t_0017_granted', p.oid, 'EXECUTE') FROM pg_proc p "
+               "WHERE p.pronamespace = 'pgq'::regnamespace AND p.proname = 'enqueue'")
+    try:
+        query(pgq_dsn, "GRANT EXECUTE ON FUNCTION pgq.enqueue(text, jsonb, text, integer, timestamptz, text, "
+                       "bigint, integer, bigint[], text, text, text, text) TO pgq_t_0017_granted")
+        first = query(pgq_dsn, "SELECT pgq.enqueue('k', sequence_key => 's')")[0][0]
+        second = query(pgq_dsn, "SELECT pgq.enqueue('k', sequence_key => 's')")[0][0]
+        assert query(pgq_dsn, "SELECT status::text FROM pgq.jobs WHERE id IN (%s, %s) ORDER BY id", first, second
+                     ) == [("queued",), ("waiting",)]
+
+        with pytest.raises(psycopg.errors.ObjectInUse, match="1 jobs wait on their sequence"):
+            migrate.downgrade(pgq_dsn, "0016")
+        assert query(pgq_dsn, objects) == [(1, 1, True, [13, 13])]  # nothing changed
+
+        query(pgq_dsn, "SELECT pgq.cancel(%s)", second)
+        migrate.downgrade(pgq_dsn, "0016")
+
+        assert query(pgq_dsn, objects) == [(0, 0, False, [11, 11])]
+        assert query(pgq_dsn, granted) == [(True,)]
+        sources = {name: query(pgq_dsn, "SELECT prosrc FROM pg_proc WHERE pronamespace = 'pgq'::regnamespace "
+                                        "AND proname = %s", name)[0][0]
+                   for name in ("enqueue", "enqueue_after", "release_children", "settle", "cancel", "explain")}
+        assert sources["enqueue"] in schema_file("0014_fairness.up.sql")
+        assert sources["enqueue_after"] in schema_file("0014_fairness.up.sql")
+        assert sources["release_children"] in schema_file("0012_producer_locks.up.sql")
+        assert sources["cancel"] in schema_file("0012_producer_locks.up.sql")
+        assert sources["settle"] in schema_file("0016_keyed_raises.up.sql")
+        assert sources["explain"] in schema_file("0013_operations.up.sql")
+        migrate.upgrade(pgq_dsn)
+        assert query(pgq_dsn, objects) == [(1, 1, True, [13, 13])]
+        assert query(pgq_dsn, granted) == [(True,)]
+    finally:
+        query(pgq_dsn, "DROP OWNED BY pgq_t_0017_granted")
+        query(pgq_dsn, "DROP ROLE pgq_t_0017_granted")

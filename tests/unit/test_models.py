@@ -78,7 +78,7 @@ def test_jobspec_init_is_the_one_dataclass_would_write() -> None:
     ]
     spec = JobSpec("k", {"a": 1}, "q", 5, None, 2.0, "key", 7, 3)
     assert dataclasses.astuple(spec) == ("k", {"a": 1}, "q", 5, None, 2.0, "key", 7, 3, None, "cancel", None,
-                                         '{"a":1}')
+                                         None, "hold", '{"a":1}')
     after = JobSpec("k", None, "q", 0, None, None, None, None, None, [3, 2, 3], "run")
     assert (after.depends_on, after.on_parent_failure) == ((3, 2), "run")
     assert dataclasses.replace(spec, priority=6).priority == 6
@@ -100,7 +100,9 @@ def test_job_from_tuple_and_claims_from_tuples_fill_every_field_in_table_order()
     names = [f.name for f in dataclasses.fields(Job)]
     row = (7, "q", "k", {"a": [1]}, -3, "running", at[0], 2, 5, "key", "tok", at[1], "w-1", "boom", {"r": 1},
            11, 9, at[2], at[3], at[4], {"step": 3}, "acct:1")
-    expected = dict(zip(names, row, strict=True), status=JobStatus.RUNNING)
+    # Every field but sequence_key, which the claim does not read (None).
+    assert names[-1] == "sequence_key"
+    expected = dict(zip(names[:-1], row, strict=True), status=JobStatus.RUNNING, sequence_key=None)
     job = Job.from_tuple(row)
     assert dataclasses.asdict(job) == expected
     assert job.status is JobStatus.RUNNING

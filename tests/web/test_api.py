@@ -139,9 +139,11 @@ def test_one_job_with_its_dependencies_and_the_waiting_counts(dashboard: Client,
     assert body["dependencies"] == {
         "pending_parents": 1, "parent_count": 1, "child_count": 0, "children": [],
         "parents": [{"id": parent, "kind": "fetch", "status": "queued", "needs_success": False,
-                     "parent_outcome": None}]}
+                     "parent_outcome": None,
+                     "sequence_hold": None}]}
     assert client.get(f"/api/jobs/{parent}").json()["dependencies"]["children"] == [
-        {"id": child, "kind": "merge", "status": "waiting", "needs_success": False, "parent_outcome": None}]
+        {"id": child, "kind": "merge", "status": "waiting", "needs_success": False, "parent_outcome": None,
+         "sequence_hold": None}]
     plain = client.get(f"/api/jobs/{pgq_queue.enqueue('plain')}").json()["dependencies"]
     assert plain == {"pending_parents": None, "parent_count": 0, "child_count": 0, "parents": [], "children": []}
 

@@ -94,6 +94,18 @@ def test_job_page_and_api_show_the_group_key(dashboard: Client, pgq_queue: Queue
     assert client.get(f"/api/jobs/{grouped}").json()["job"]["group_key"] == "acct:<42>"
 
 
+def test_job_page_shows_the_sequence_key_and_the_job_holding_it(dashboard: Client, pgq_queue: Queue) -> None:
+    first = pgq_queue.enqueue("post", sequence_key="acct:<7>")
+    second = pgq_queue.enqueue("post", sequence_key="acct:<7>")
+    client = dashboard()
+    page = client.get(f"/jobs/{second}").text
+    assert ('<dd class="mono" data-field="sequence-key">acct:&lt;7&gt; <span class="subtle small" '
+            f'data-field="held-by">held by job <a href="/jobs/{first}">#{first}</a></span></dd>') in page
+    # The first runs now: its key, and nobody holds it.
+    assert '<dd class="mono" data-field="sequence-key">acct:&lt;7&gt;</dd>' in client.get(f"/jobs/{first}").text
+    assert client.get(f"/api/jobs/{second}").json()["job"]["sequence_key"] == "acct:<7>"
+
+
 def test_overview_counts_waiting_jobs_per_queue_and_links_them(dashboard: Client, pgq_queue: Queue, db: SQL) -> None:
     parent = pgq_queue.enqueue("fetch", queue="mail")
     enqueue_after(db, "send", [parent], queue="mail")
