@@ -111,6 +111,7 @@ class Job:
         values["status"] = JobStatus(values["status"])
         token = values.get("lease_token")
         values["lease_token"] = None if token is None else str(token)
+        values.setdefault("sequence_key", None)  # the claim's rows carry none (see from_tuple)
         return cls(**{name: values[name] for name in cls.__slots__})
 
     @classmethod

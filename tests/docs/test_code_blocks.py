@@ -155,8 +155,12 @@ def settle(dsn: str, kinds: set[str], timeout: float = 20.0) -> list[dict[str, A
         while True:
             busy = conn.execute("SELECT count(*) AS n FROM pgq.jobs WHERE kind = ANY(%s) AND "
                                 "status IN ('queued', 'running') AND run_at <= now()", [list(kinds)]).fetchone()
+            # A job of a task a block just declared can be claimed by the app's worker before it is
+            # restarted knowing that task: handed back with "no worker ... knows kind ...", it runs once
+            # the restarted worker claims it (and if none does, it stays due until the timeout).
             bad = conn.execute("SELECT id, kind, queue, payload, status::text, last_error FROM pgq.jobs "
-                               "WHERE kind = ANY(%s) AND (status = 'failed' OR last_error IS NOT NULL)",
+                               "WHERE kind = ANY(%s) AND (status = 'failed' OR (last_error IS NOT NULL AND "
+                               "last_error NOT LIKE 'no worker of queue %% knows kind %%'))",
                                [list(kinds)]).fetchall()
             if bad or (busy is not None and busy["n"] == 0):
                 return bad
