@@ -208,6 +208,10 @@ def claims_from_tuples(rows: Iterable[tuple[Any, ...]], lease: dt.timedelta) -> 
 _SET_CLAIM_JOB, _SET_CLAIM_TOKEN, _SET_CLAIM_LEASE = _slot_setters(Claim).values()
 
 
+# The longest unique_for (revision 0018): pgq.key_finishes forgets purged keys older than this.
+MAX_UNIQUE_FOR_S = 31 * 86400.0
+
+
 @dataclass(frozen=True, slots=True, init=False)
 class JobSpec:
     """One job to enqueue: the arguments of `Queue.enqueue`, validated on construction.
@@ -229,6 +233,14 @@ class JobSpec:
     queue run one at a time, in enqueue order; not with a dedupe_key or watermark.
     `sequence_on_failure`: "hold" (the job failing for good holds the rest of its sequence until it
     is retried or cancelled) or "continue" (the sequence moves on).
+
+    Uniqueness variants of `dedupe_key` (revision 0018; none with watermark, depends_on or
+    sequence_key): `unique_for` (a positive duration, at most 31 days): the key also dedupes against
+    its job that finished less than that long ago; `on_conflict`: "ignore" (the default: the active
+    job's id is returned, nothing changes) or "replace" (a job of the key not started yet takes this payload,
+    priority and run_at; behind a running one a new job is added that waits for it); `debounce` (a
+    positive duration): "replace" with run_at now + debounce (database clock; not with run_at or
+    delay). unique_for cannot be combined with "replace" or debounce.
     """
 
     kind: str
@@ -245,6 +257,9 @@ class JobSpec:
     group_key: str | None = None
     sequence_key: str | None = None
     sequence_on_failure: str = "hold"
+    unique_for: dt.timedelta | float | None = None
+    on_conflict: str | None = None
+    debounce: dt.timedelta | float | None = None
     payload_json: str = field(init=False, repr=False, compare=False)
 
     def __init__(
@@ -263,6 +278,9 @@ class JobSpec:
         group_key: str | None = None,
         sequence_key: str | None = None,
         sequence_on_failure: str = "hold",
+        unique_for: dt.timedelta | float | None = None,
+        on_conflict: str | None = None,
+        debounce: dt.timedelta | float | None = None,
     ) -> None:
         # The __init__ dataclass would write for these fields, filling the slots directly: a frozen
         # dataclass's own sets each one through object.__setattr__, which took a third of the time
@@ -281,6 +299,9 @@ class JobSpec:
         _SET_SPEC_GROUP_KEY(self, group_key)
         _SET_SPEC_SEQUENCE_KEY(self, sequence_key)
         _SET_SPEC_SEQUENCE_ON_FAILURE(self, sequence_on_failure)
+        _SET_SPEC_UNIQUE_FOR(self, unique_for)
+        _SET_SPEC_ON_CONFLICT(self, on_conflict)
+        _SET_SPEC_DEBOUNCE(self, debounce)
         # The checks, on the arguments (locals are cheaper to read than slots).
         # The common job (plain str names, an int priority, no options) passes three cheap tests; batch
         # enqueues build thousands of specs, so anything else takes the detailed checks below.
@@ -292,7 +313,8 @@ class JobSpec:
             _check_priority(priority)
         if (run_at is not None or delay is not None or dedupe_key is not None or watermark is not None
                 or max_attempts is not None or depends_on is not None or on_parent_failure != "cancel"
-                or group_key is not None or sequence_key is not None or sequence_on_failure != "hold"):
+                or group_key is not None or sequence_key is not None or sequence_on_failure != "hold"
+                or unique_for is not None or on_conflict is not None or debounce is not None):
             self._check_options()
         _SET_SPEC_PAYLOAD_JSON(self, encode_json("payload", payload, {}))
 
@@ -328,17 +350,45 @@ class JobSpec:
                 raise InvalidJob("sequence_key cannot be combined with dedupe_key or watermark")
         if self.sequence_on_failure not in ("hold", "continue"):
             raise InvalidJob(f"sequence_on_failure must be 'hold' or 'continue', got {self.sequence_on_failure!r}")
+        if self.unique_for is not None or self.on_conflict is not None or self.debounce is not None:
+            self._check_uniqueness()
+
+    def _check_uniqueness(self) -> None:
+        if self.on_conflict not in (None, "ignore", "replace"):
+            raise InvalidJob(f"on_conflict must be 'ignore' or 'replace', got {self.on_conflict!r}")
+        for name, value in (("unique_for", self.unique_for), ("debounce", self.debounce)):
+            if value is not None and delay_seconds(value) <= 0:
+                raise InvalidJob(f"{name} must be a positive duration, got {value!r}")
+        if self.unique_for is not None and delay_seconds(self.unique_for) > MAX_UNIQUE_FOR_S:
+            raise InvalidJob(f"unique_for must be at most 31 days, got {self.unique_for!r}")
+        if self.dedupe_key is None:
+            raise InvalidJob("unique_for, on_conflict and debounce need a dedupe_key")
+        if self.watermark is not None or self.depends_on is not None or self.sequence_key is not None:
+            raise InvalidJob("unique_for, on_conflict and debounce cannot be combined with watermark, depends_on "
+                             "or sequence_key")
+        if self.unique_for is not None and (self.on_conflict == "replace" or self.debounce is not None):
+            raise InvalidJob("unique_for cannot be combined with on_conflict='replace' or debounce")
+        if self.debounce is not None and self.on_conflict == "ignore":
+            raise InvalidJob("debounce replaces the queued job: not with on_conflict='ignore'")
+        if self.debounce is not None and (self.run_at is not None or self.delay is not None):
+            raise InvalidJob("debounce sets run_at: not with run_at or delay")
 
     @property
     def delay_s(self) -> float | None:
         """The delay in seconds, or None."""
         return None if self.delay is None else delay_seconds(self.delay)
 
+    @property
+    def uniqueness(self) -> bool:
+        """Whether the job goes through pgq.enqueue_unique (unique_for, replace or debounce)."""
+        return self.unique_for is not None or self.on_conflict == "replace" or self.debounce is not None
+
 
 # In field order (kind ... on_parent_failure, group_key, sequence_key, sequence_on_failure, then payload_json).
 (_SET_SPEC_KIND, _SET_SPEC_PAYLOAD, _SET_SPEC_QUEUE, _SET_SPEC_PRIORITY, _SET_SPEC_RUN_AT, _SET_SPEC_DELAY,
  _SET_SPEC_DEDUPE_KEY, _SET_SPEC_WATERMARK, _SET_SPEC_MAX_ATTEMPTS, _SET_SPEC_DEPENDS_ON,
  _SET_SPEC_ON_PARENT_FAILURE, _SET_SPEC_GROUP_KEY, _SET_SPEC_SEQUENCE_KEY, _SET_SPEC_SEQUENCE_ON_FAILURE,
+ _SET_SPEC_UNIQUE_FOR, _SET_SPEC_ON_CONFLICT, _SET_SPEC_DEBOUNCE,
  _SET_SPEC_PAYLOAD_JSON) = _slot_setters(JobSpec).values()
 
 

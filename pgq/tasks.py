@@ -58,6 +58,9 @@ class _Options:
     group_key: str | None = None
     sequence_key: str | None = None
     sequence_on_failure: str | None = None
+    unique_for: dt.timedelta | float | None = None
+    on_conflict: str | None = None
+    debounce: dt.timedelta | float | None = None
 
 
 class Task(Generic[P, R]):
@@ -208,6 +211,9 @@ class Task(Generic[P, R]):
         group_key: str | None = None,
         sequence_key: str | None = None,
         sequence_on_failure: str | None = None,
+        unique_for: dt.timedelta | float | None = None,
+        on_conflict: str | None = None,
+        debounce: dt.timedelta | float | None = None,
         conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None = None,
     ) -> Deferral[P, R]:
         """Job options for the next `defer`: `task.configure(delay=10).defer(x=1)`.
@@ -219,10 +225,12 @@ class Task(Generic[P, R]):
         `Queue.enqueue`. `group_key`: the job's group; left out, the value of the task's `group_by`
         field of the payload (if any). `sequence_key`, `sequence_on_failure`: the job's sequence and
         what its failure does to it; left out, the task's `sequence_by` field of the payload and its
-        `sequence_on_failure`. Nothing is validated or sent until `defer`.
+        `sequence_on_failure`. `unique_for`, `on_conflict`, `debounce`: the dedupe key's uniqueness
+        variant (see `JobSpec`). Nothing is validated or sent until `defer`.
         """
         options = _Options(queue, priority, delay, run_at, dedupe_key, watermark, max_attempts, depends_on,
-                           on_parent_failure, group_key, sequence_key, sequence_on_failure)
+                           on_parent_failure, group_key, sequence_key, sequence_on_failure, unique_for,
+                           on_conflict, debounce)
         return Deferral(self, options, conn)
 
     def spec(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
@@ -275,6 +283,9 @@ class Deferral(Generic[P, R]):
             sequence_key=(group_key_from(task.sequence_by, payload, "sequence_by") if o.sequence_key is None
                           else o.sequence_key),
             sequence_on_failure=task.sequence_on_failure if o.sequence_on_failure is None else o.sequence_on_failure,
+            unique_for=o.unique_for,
+            on_conflict=o.on_conflict,
+            debounce=o.debounce,
         )
 
     def defer(self, *args: P.args, **kwargs: P.kwargs) -> int:

@@ -18,6 +18,7 @@ from ..models import (
     JobStatus,
     TracedJobSpec,
     claims_from_tuples,
+    delay_seconds,
     encode_json,
     positive_seconds,
 )
@@ -42,6 +43,9 @@ def enqueue(specs: Sequence[JobSpec]) -> Operation[list[int]]:
 
     Deduplicated specs (all with a dedupe_key) are retry-safe: re-running returns the same ids.
     """
+    # Uniqueness variants (revision 0018) go through pgq.enqueue_unique, the others as before.
+    if any(s.uniqueness for s in specs):
+        return _enqueue_with_uniqueness(specs)
     # Sequenced jobs are chained by pgq.enqueue_after (revision 0017), as jobs with dependencies are.
     if any(s.depends_on is not None or s.sequence_key is not None for s in specs):
         return _enqueue_with_dependencies(specs)
@@ -126,6 +130,36 @@ def _enqueue_with_dependencies(specs: Sequence[JobSpec]) -> Operation[list[int]]
         return ids
 
     return Operation("job_enqueue", steps, transaction=bool(keyed))
+
+
+def _enqueue_with_uniqueness(specs: Sequence[JobSpec]) -> Operation[list[int]]:
+    """`enqueue` of a batch in which some jobs have unique_for, on_conflict 'replace' or debounce:
+    those through job_enqueue_unique (one statement), the others as `enqueue` sends them, in the
+    same transaction."""
+    unique = [i for i, s in enumerate(specs) if s.uniqueness]
+    rest = [i for i, s in enumerate(specs) if not s.uniqueness]
+    inner = enqueue([specs[i] for i in rest]) if rest else None
+
+    def steps() -> Steps[list[int]]:
+        ids: list[int] = [0] * len(specs)
+        u = [specs[i] for i in unique]
+        rows = yield Stmt("job_enqueue_unique", {
+            **_job_columns(u),
+            "dedupe_keys": [s.dedupe_key for s in u],
+            "unique_fors": [None if s.unique_for is None else delay_seconds(s.unique_for) for s in u],
+            "replaces": [s.on_conflict == "replace" or s.debounce is not None for s in u],
+            "debounces": [None if s.debounce is None else delay_seconds(s.debounce) for s in u],
+        }, fetch="tuples")
+        for i, row in zip(unique, rows, strict=True):
+            ids[i] = row[0]
+        if inner is not None:
+            rest_ids = yield from inner.steps()
+            for i, job_id in zip(rest, rest_ids, strict=True):
+                ids[i] = job_id
+        return ids
+
+    return Operation("job_enqueue", steps, transaction=bool(rest),
+                     retry_safe=all(s.dedupe_key is not None for s in specs))
 
 
 def _enqueue_after_params(specs: Sequence[JobSpec]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import json
 from typing import Any, NoReturn
 
 from ..models import PRIORITY_MAX, PRIORITY_MIN, JobSpec
-from .args import BIGINT_MAX, int_range, seconds_arg
+from .args import BIGINT_MAX, duration_arg, int_range, seconds_arg
 from .common import EXIT_OK, EXIT_USAGE, CliError, Commands, Formatter, one_line, open_queue
 
 __all__ = ["parse_payload", "register"]
@@ -67,6 +67,21 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
         help="when the job fails for good: hold (default: the rest of its sequence waits until it is "
         "retried or cancelled) or continue (the next one runs); needs --sequence-key",
     )
+    p.add_argument(
+        "--unique-for", metavar="DURATION", type=duration_arg, default=None,
+        help="with --dedupe-key: the key also dedupes against its job that finished less than "
+        "DURATION ago (7d, 12h, 30m, 90; at most 31 days)",
+    )
+    p.add_argument(
+        "--on-conflict", metavar="C", choices=("ignore", "replace"), default=None,
+        help="with --dedupe-key: ignore (default: the key's active job is left as it is) or replace "
+        "(a job of the key not started yet takes this payload, priority and run time; behind a "
+        "running one a new job waits for it)",
+    )
+    p.add_argument(
+        "--debounce", metavar="DURATION", type=duration_arg, default=None,
+        help="with --dedupe-key: replace, and run DURATION after the last enqueue of the key",
+    )
     p.set_defaults(handler=cmd_enqueue)
 
 
@@ -105,6 +120,9 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         group_key=args.group_key,
         sequence_key=args.sequence_key,
         sequence_on_failure=args.sequence_on_failure or "hold",
+        unique_for=args.unique_for,
+        on_conflict=args.on_conflict,
+        debounce=args.debounce,
     )
     with open_queue(args) as queue:
         [job_id] = queue.enqueue_many([spec])

@@ -228,6 +228,9 @@ class AsyncQueue:
         group_key: str | None = None,
         sequence_key: str | None = None,
         sequence_on_failure: str | None = None,
+        unique_for: dt.timedelta | float | None = None,
+        on_conflict: str | None = None,
+        debounce: dt.timedelta | float | None = None,
         conn: psycopg.AsyncConnection[Any] | None = None,
     ) -> int:
         """Enqueue one job and return its id; see `enqueue_many` for the rules.
@@ -246,6 +249,14 @@ class AsyncQueue:
         "hold" (this job failing for good holds the rest of its sequence until it is retried or
         cancelled) or "continue". Left out, the task's `sequence_by` field of `payload` and its
         `sequence_on_failure` ("hold" without a task).
+        Uniqueness variants of `dedupe_key` (not with watermark, depends_on or sequence_key):
+        `unique_for` (a positive duration): the key also dedupes against its job that finished less
+        than that long ago (its id is returned); `on_conflict`: "ignore" (default) or "replace": a
+        job of the key not started yet takes this payload, priority and run_at and its id is
+        returned; behind a running job of the key a new job is added that waits for it (never
+        touching the running one); `debounce` (a positive duration): "replace", with run_at pushed
+        to now + debounce (database clock), so a burst becomes one run `debounce` after its last
+        enqueue. Concurrent producers of one key are serialized: the last to commit wins.
         Raises InvalidJob (nothing written) for bad input, a parent id that is no job included. With
         `conn`, the job is written in the caller's transaction: it exists if and only if that
         transaction commits.
@@ -255,7 +266,8 @@ class AsyncQueue:
         spec = JobSpec(kind, payload, queue=queue, priority=priority, run_at=run_at, delay=delay,
                        dedupe_key=dedupe_key, watermark=watermark, max_attempts=max_attempts,
                        depends_on=depends_on, on_parent_failure=on_parent_failure, group_key=group_key,
-                       **sequence_options(self._app, kind, payload, sequence_key, sequence_on_failure))
+                       **sequence_options(self._app, kind, payload, sequence_key, sequence_on_failure),
+                       unique_for=unique_for, on_conflict=on_conflict, debounce=debounce)
         return (await self._enqueue([spec], conn))[0]
 
     async def enqueue_many(

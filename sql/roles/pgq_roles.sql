@@ -89,9 +89,14 @@ REVOKE SELECT ON pgq.workers FROM {producer};
 GRANT SELECT (id, claimed_by, host, pid, queues, kinds, slots, lease_s, refresh_s, started_at, last_seen,
               version, state, role) ON pgq.workers TO {producer};
 GRANT EXECUTE ON FUNCTION
-    pgq.enqueue(text, jsonb, text, integer, timestamptz, text, bigint, integer, bigint[], text, text, text, text),
+    pgq.enqueue(text, jsonb, text, integer, timestamptz, text, bigint, integer, bigint[], text, text, text, text,
+                interval, text, interval),
     pgq.enqueue_many(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], text[], bigint[],
                      integer[], text[]),
+    -- A dedupe key with unique_for, on_conflict 'replace' or debounce (revision 0018; pgq.key_finishes
+    -- stays read-only to producers).
+    pgq.enqueue_unique(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], text[], integer[],
+                       text[], double precision[], boolean[], double precision[]),
     -- Jobs with dependencies (Queue.enqueue(depends_on=...)) or a sequence key (revision 0017: the
     -- only way to enqueue one, so that it is chained; pgq.sequence_tails stays read-only to producers).
     pgq.enqueue_after(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], integer[], boolean[],

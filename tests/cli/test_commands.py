@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 
@@ -155,6 +156,10 @@ def test_enqueue_bad_json_exits_2_with_one_line_and_writes_nothing(cli: CLI, pgq
         (["--sequence-key", "s", "--dedupe-key", "d"], "sequence_key cannot be combined"),
         (["--sequence-key", "s", "--sequence-on-failure", "skip"], "invalid choice"),
         (["--payload", '"\\u0000"'], "NUL"),
+        (["--unique-for", "1h"], "need a dedupe_key"),
+        (["--dedupe-key", "d", "--unique-for", "32d"], "at most 31 days"),
+        (["--dedupe-key", "d", "--on-conflict", "overwrite"], "invalid choice"),
+        (["--dedupe-key", "d", "--debounce", "5s", "--delay", "1"], "not with run_at or delay"),
     ],
 )
 def test_enqueue_rejects_bad_arguments_with_exit_2(cli: CLI, pgq_dsn: str, db: SQL, args: list[str],
@@ -174,6 +179,23 @@ def test_enqueue_with_a_sequence_key_chains_the_jobs_of_the_key(cli: CLI, pgq_ds
     assert pgq_queue.get(b).status is JobStatus.WAITING
     [parent] = pgq_queue.dependencies(b).parents
     assert (parent.id, parent.sequence_hold) == (a, False)  # a's failure would let b run
+
+
+def test_enqueue_takes_the_uniqueness_variants(cli: CLI, pgq_dsn: str, pgq_queue: Queue) -> None:
+    def enqueue(*args: str) -> int:
+        result = cli("enqueue", "k", "--dsn", pgq_dsn, *args)
+        assert result.code == 0, result.err
+        return int(result.out)
+
+    u = enqueue("--dedupe-key", "u", "--unique-for", "1h")
+    assert enqueue("--dedupe-key", "u", "--unique-for", "1h") == u
+    r = enqueue("--dedupe-key", "r", "--on-conflict", "replace", "--payload", '{"v": 1}')
+    assert enqueue("--dedupe-key", "r", "--on-conflict", "replace", "--payload", '{"v": 2}') == r
+    assert pgq_queue.get(r).payload == {"v": 2}
+    d = enqueue("--dedupe-key", "d", "--debounce", "30s")
+    assert enqueue("--dedupe-key", "d", "--debounce", "30s", "--payload", '{"v": 3}') == d
+    job = pgq_queue.get(d)
+    assert job.payload == {"v": 3} and job.run_at > dt.datetime.now(dt.UTC) + dt.timedelta(seconds=20)
 
 
 def test_enqueue_payload_over_the_size_limit_writes_nothing(cli: CLI, pgq_dsn: str, db: SQL) -> None:

@@ -252,7 +252,7 @@ def test_every_table_column_view_function_and_type_has_a_comment(pgq_dsn: str) -
     uncommented += [("type", row[0]) for row in snapshot["types"] if row[1] == "e" and not row[2]]
     assert tables == {"jobs", "key_watermarks", "concurrency_limits", "paused_queues", "rate_limits",
                       "rate_limit_starts", "job_dependencies", "awaited_jobs", "workers", "job_audit",
-                      "group_limits", "group_rate_starts", "key_raises", "sequence_tails"}
+                      "group_limits", "group_rate_starts", "key_raises", "sequence_tails", "key_finishes"}
     assert uncommented == []
     assert snapshot["schema"][0][1]
 
@@ -480,7 +480,8 @@ def test_0007_adds_dependencies_and_its_downgrade_refuses_while_jobs_wait(pgq_ds
     query(pgq_dsn, "CREATE ROLE pgq_test_grantee NOLOGIN")
     try:
         query(pgq_dsn, "GRANT EXECUTE ON FUNCTION pgq.enqueue(text, jsonb, text, integer, timestamptz, text, "
-                       "bigint, integer, bigint[], text, text, text, text) TO pgq_test_grantee")  # 0017's signature
+                       "bigint, integer, bigint[], text, text, text, text, interval, text, interval) "
+                       "TO pgq_test_grantee")  # 0018's signature
 
         with pytest.raises(psycopg.errors.RaiseException, match="1 jobs wait for parents"):
             migrate.downgrade(pgq_dsn, "0006")
@@ -498,8 +499,8 @@ def test_0007_adds_dependencies_and_its_downgrade_refuses_while_jobs_wait(pgq_ds
         migrate.upgrade(pgq_dsn)  # again: the enum value 'waiting' stayed, and is not added twice
         assert query(pgq_dsn, added) == [("job_dependencies",), ("jobs_waiting_idx",), ("waiting_jobs",)]
         assert query(pgq_dsn, "SELECT has_function_privilege('pgq_test_grantee', 'pgq.enqueue(text, jsonb, "
-                              "text, integer, timestamptz, text, bigint, integer, bigint[], text, text, text, text)', "
-                              "'EXECUTE')"
+                              "text, integer, timestamptz, text, bigint, integer, bigint[], text, text, text, text, "
+                              "interval, text, interval)', 'EXECUTE')"
                      ) == [(True,)]
     finally:
         query(pgq_dsn, "DROP OWNED BY pgq_test_grantee")
@@ -604,7 +605,7 @@ def test_0014_adds_group_keys_and_limits_and_its_downgrade_restores_0013s_schema
                "       (SELECT array_agg(pronargs ORDER BY proname) FROM pg_proc "
                "        WHERE pronamespace = 'pgq'::regnamespace "
                "          AND proname IN ('enqueue', 'enqueue_after', 'enqueue_many', 'claim_group_heads'))")
-    assert query(pgq_dsn, objects) == [(1, True, True, [6, 13, 13, 10])]  # 0017's signatures
+    assert query(pgq_dsn, objects) == [(1, True, True, [6, 16, 13, 10])]  # 0018's signatures
     query(pgq_dsn, "CREATE ROLE pgq_t_0014_granted")
     query(pgq_dsn, "GRANT EXECUTE ON FUNCTION pgq.enqueue_many(text[], jsonb[], text[], smallint[], timestamptz[], "
                    "double precision[], text[], bigint[], integer[], text[]) TO pgq_t_0014_granted")
@@ -622,7 +623,7 @@ def test_0014_adds_group_keys_and_limits_and_its_downgrade_restores_0013s_schema
         assert em in schema_file("0010_scaling_claim.up.sql")
         query(pgq_dsn, "SELECT pgq.enqueue('k')")
         migrate.upgrade(pgq_dsn)
-        assert query(pgq_dsn, objects) == [(1, True, True, [6, 13, 13, 10])]  # 0017's signatures
+        assert query(pgq_dsn, objects) == [(1, True, True, [6, 16, 13, 10])]  # 0018's signatures
         assert query(pgq_dsn, granted) == [(True,)]
         claimed = query(pgq_dsn, "SELECT kind, group_key FROM pgq.claim(NULL, NULL, 10, 60, 'w') ORDER BY id")
         assert claimed == [("k", None)] * 3  # the grouped job's key went with the downgrade
@@ -703,6 +704,7 @@ def test_0017_adds_sequences_and_its_downgrade_refuses_while_jobs_wait_on_one(pg
                "       to_regclass('pgq.sequence_tails') IS NOT NULL,"
                "       (SELECT array_agg(pronargs ORDER BY proname) FROM pg_proc "
                "        WHERE pronamespace = 'pgq'::regnamespace AND proname IN ('enqueue', 'enqueue_after'))")
+    migrate.downgrade(pgq_dsn, "0017")  # revision 0018 changed pgq.enqueue's signature again
     assert query(pgq_dsn, objects) == [(1, 1, True, [13, 13])]
     query(pgq_dsn, "CREATE ROLE pgq_t_0017_granted")
     granted = ("SELECT has_function_privilege('pgq_t_0017_granted', p.oid, 'EXECUTE') FROM pg_proc p "
@@ -733,9 +735,38 @@ def test_0017_adds_sequences_and_its_downgrade_refuses_while_jobs_wait_on_one(pg
         assert sources["cancel"] in schema_file("0012_producer_locks.up.sql")
         assert sources["settle"] in schema_file("0016_keyed_raises.up.sql")
         assert sources["explain"] in schema_file("0013_operations.up.sql")
-        migrate.upgrade(pgq_dsn)
+        migrate.upgrade(pgq_dsn, "0017")
         assert query(pgq_dsn, objects) == [(1, 1, True, [13, 13])]
         assert query(pgq_dsn, granted) == [(True,)]
     finally:
         query(pgq_dsn, "DROP OWNED BY pgq_t_0017_granted")
         query(pgq_dsn, "DROP ROLE pgq_t_0017_granted")
+
+
+def test_0018_adds_the_uniqueness_variants_and_its_downgrade_restores_0017s_sql_api(pgq_dsn: str) -> None:
+    """Revision 0018 adds the finished-key index, pgq.key_finishes with its purge trigger,
+    pgq.enqueue_unique and the SQL API's variants; its downgrade drops them and restores 0017's
+    pgq.enqueue with its grants, and upgrading again works."""
+    objects = ("SELECT to_regclass('pgq.key_finishes') IS NOT NULL,"
+               "       to_regclass('pgq.jobs_dedupe_finished_idx') IS NOT NULL,"
+               "       to_regprocedure('pgq.key_finish_keep()') IS NOT NULL,"
+               "       (SELECT array_agg(pronargs ORDER BY proname) FROM pg_proc "
+               "        WHERE pronamespace = 'pgq'::regnamespace AND proname IN ('enqueue', 'enqueue_unique'))")
+    assert query(pgq_dsn, objects) == [(True, True, True, [16, 12])]
+    query(pgq_dsn, "SELECT pgq.enqueue('k', dedupe_key => 'a', on_conflict => 'replace')")
+    query(pgq_dsn, "CREATE ROLE pgq_t_0018_granted")
+    try:
+        query(pgq_dsn, "GRANT EXECUTE ON FUNCTION pgq.enqueue(text, jsonb, text, integer, timestamptz, text, "
+                       "bigint, integer, bigint[], text, text, text, text, interval, text, interval) "
+                       "TO pgq_t_0018_granted")
+        migrate.downgrade(pgq_dsn, "0017")
+        assert query(pgq_dsn, objects) == [(False, False, False, [13])]
+        granted = ("SELECT has_function_privilege('pgq_t_0018_granted', 'pgq.enqueue(text, jsonb, text, integer, "
+                   "timestamptz, text, bigint, integer, bigint[], text, text, text, text)', 'EXECUTE')")
+        assert query(pgq_dsn, granted) == [(True,)]
+        assert query(pgq_dsn, "SELECT count(*) FROM pgq.jobs WHERE dedupe_key = 'a'") == [(1,)]
+        migrate.upgrade(pgq_dsn)
+        assert query(pgq_dsn, objects) == [(True, True, True, [16, 12])]
+    finally:
+        query(pgq_dsn, "DROP OWNED BY pgq_t_0018_granted")
+        query(pgq_dsn, "DROP ROLE pgq_t_0018_granted")

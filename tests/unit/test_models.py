@@ -78,7 +78,12 @@ def test_jobspec_init_is_the_one_dataclass_would_write() -> None:
     ]
     spec = JobSpec("k", {"a": 1}, "q", 5, None, 2.0, "key", 7, 3)
     assert dataclasses.astuple(spec) == ("k", {"a": 1}, "q", 5, None, 2.0, "key", 7, 3, None, "cancel", None,
-                                         None, "hold", '{"a":1}')
+                                         None, "hold", None, None, None, '{"a":1}')
+    # The uniqueness variants (the last init fields) land in their own slots too.
+    unique = JobSpec("k", None, "q", 0, None, None, "key", None, None, None, "cancel", None, None, "hold", 60.0)
+    assert (unique.unique_for, unique.on_conflict, unique.debounce) == (60.0, None, None)
+    debounced = JobSpec("k", dedupe_key="key", on_conflict="replace", debounce=5)
+    assert (debounced.unique_for, debounced.on_conflict, debounced.debounce) == (None, "replace", 5)
     after = JobSpec("k", None, "q", 0, None, None, None, None, None, [3, 2, 3], "run")
     assert (after.depends_on, after.on_parent_failure) == ((3, 2), "run")
     assert dataclasses.replace(spec, priority=6).priority == 6

@@ -1,0 +1,199 @@
+"""Uniqueness variants of a dedupe key (revision 0018) on real PostgreSQL: unique_for dedupes against
+recent (and purged) finishes, replace and debounce rewrite a job not started yet and queue a new one
+behind a running job, bad input writes nothing, and concurrent producers end with exactly one pending
+job per key carrying the last committed payload."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+
+import psycopg
+import pytest
+
+from pgq import InvalidJob, JobSpec, JobStatus, Queue
+
+from .conftest import SQL
+
+HOUR = dt.timedelta(hours=1)
+
+
+def test_unique_for_returns_a_recently_finished_job_even_after_its_purge(pgq_queue: Queue, db: SQL) -> None:
+    a = pgq_queue.enqueue("k", dedupe_key="u", unique_for=HOUR)
+    assert pgq_queue.enqueue("k", dedupe_key="u", unique_for=HOUR) == a
+    (claim,) = pgq_queue.claim(worker="w")
+    pgq_queue.complete(claim)
+    assert pgq_queue.enqueue("k", dedupe_key="u", unique_for=HOUR) == a
+    assert pgq_queue.enqueue("k", dedupe_key="u") != a  # the plain dedupe sees active jobs only
+    db("DELETE FROM pgq.jobs WHERE dedupe_key = 'u'")
+    assert pgq_queue.enqueue("k", dedupe_key="u", unique_for=HOUR) == a  # pgq.key_finishes
+    db("UPDATE pgq.key_finishes SET finished_at = now() - interval '2 hours'")
+    fresh = pgq_queue.enqueue("k", dedupe_key="u", unique_for=HOUR)
+    assert fresh != a and pgq_queue.get(fresh).status is JobStatus.QUEUED
+
+
+def test_replace_rewrites_a_queued_job_and_queues_one_behind_a_running_job(pgq_queue: Queue, db: SQL) -> None:
+    a = pgq_queue.enqueue("k", {"v": 1}, dedupe_key="r", on_conflict="replace")
+    assert pgq_queue.enqueue("k", {"v": 2}, dedupe_key="r", on_conflict="replace", priority=3) == a
+    job = pgq_queue.get(a)
+    assert (job.payload, job.priority) == ({"v": 2}, 3)
+    (claim,) = pgq_queue.claim(worker="w")
+    b = pgq_queue.enqueue("k", {"v": 3}, dedupe_key="r", on_conflict="replace")
+    assert b != a and pgq_queue.get(b).status is JobStatus.WAITING
+    assert pgq_queue.enqueue("k", {"v": 4}, dedupe_key="r", on_conflict="replace") == b
+    assert pgq_queue.get(a).payload == {"v": 2}  # the running job is never touched
+    pgq_queue.complete(claim)
+    job = pgq_queue.get(b)
+    assert (job.status, job.payload) == (JobStatus.QUEUED, {"v": 4})
+
+
+def test_debounce_pushes_run_at_from_the_last_enqueue(pgq_queue: Queue, db: SQL) -> None:
+    a = pgq_queue.enqueue("k", {"v": 1}, dedupe_key="d", debounce=dt.timedelta(seconds=5))
+    first = pgq_queue.get(a).run_at
+    assert pgq_queue.enqueue("k", {"v": 2}, dedupe_key="d", debounce=dt.timedelta(seconds=5)) == a
+    job = pgq_queue.get(a)
+    assert job.payload == {"v": 2} and job.run_at >= first
+    (row,) = db("SELECT run_at - statement_timestamp() AS left FROM pgq.jobs WHERE id = %s", [a])
+    assert dt.timedelta(seconds=3) < row["left"] <= dt.timedelta(seconds=5)
+    assert pgq_queue.claim(worker="w") == []
+
+
+@pytest.mark.parametrize("options", [
+    {"unique_for": HOUR},
+    {"on_conflict": "replace"},
+    {"dedupe_key": "x", "unique_for": 0},
+    {"dedupe_key": "x", "debounce": -1},
+    {"dedupe_key": "x", "on_conflict": "overwrite"},
+    {"dedupe_key": "x", "unique_for": HOUR, "on_conflict": "replace"},
+    {"dedupe_key": "x", "debounce": 5, "on_conflict": "ignore"},
+    {"dedupe_key": "x", "debounce": 5, "delay": 1},
+    {"dedupe_key": "x", "on_conflict": "replace", "watermark": 1},
+    {"dedupe_key": "x", "unique_for": HOUR, "depends_on": [1]},
+])
+def test_bad_uniqueness_options_raise_and_write_nothing(pgq_queue: Queue, db: SQL, options: dict[str, object]) -> None:
+    with pytest.raises(InvalidJob):
+        pgq_queue.enqueue("k", **options)  # type: ignore[arg-type]
+    assert db("SELECT count(*) AS n FROM pgq.jobs")[0]["n"] == 0
+
+
+def test_a_batch_mixes_variants_and_plain_jobs_in_input_order(pgq_queue: Queue) -> None:
+    ids = pgq_queue.enqueue_many([
+        JobSpec("k", {"n": 0}), JobSpec("k", {"n": 1}, dedupe_key="m", on_conflict="replace"),
+        JobSpec("k", {"n": 2}, dedupe_key="m", on_conflict="replace"), JobSpec("k", {"n": 3}, dedupe_key="p")])
+    assert ids[1] == ids[2] and len(set(ids)) == 3
+    assert [pgq_queue.get(i).payload for i in ids] == [{"n": 0}, {"n": 2}, {"n": 2}, {"n": 3}]
+
+
+def test_the_sql_api_takes_the_variants(pgq_queue: Queue, db: SQL) -> None:
+    (a,) = db("SELECT pgq.enqueue('k', '{\"v\": 1}', dedupe_key => 's', on_conflict => 'replace') AS id")
+    (b,) = db("SELECT pgq.enqueue('k', '{\"v\": 2}', dedupe_key => 's', debounce => interval '5 seconds') AS id")
+    assert a == b and pgq_queue.get(a["id"]).payload == {"v": 2}
+    with pytest.raises(Exception, match="on_conflict must be"):
+        db("SELECT pgq.enqueue('k', dedupe_key => 's', on_conflict => 'bad')")
+
+
+@pytest.mark.parametrize("options", [{"unique_for": HOUR}, {"on_conflict": "replace"},
+                                     {"debounce": dt.timedelta(seconds=5)}])
+def test_concurrent_producers_leave_one_job_per_key_with_the_last_committed_payload(
+        pgq_queue: Queue, db: SQL, options: dict[str, object]) -> None:
+    keys = ["c1", "c2", "c3"]
+    ids: list[int] = []
+    errors: list[BaseException] = []
+
+    def producer(t: int) -> None:
+        try:
+            for i in range(15):
+                for key in keys:
+                    ids.append(pgq_queue.enqueue("k", {"t": t, "i": i}, dedupe_key=key, **options))  # type: ignore[arg-type]
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=producer, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    rows = db("SELECT dedupe_key, count(*) AS n, max(id) AS id FROM pgq.jobs GROUP BY dedupe_key ORDER BY 1")
+    assert [(r["dedupe_key"], r["n"]) for r in rows] == [(k, 1) for k in keys]
+    assert set(ids) == {r["id"] for r in rows}
+    if "unique_for" not in options:
+        # The last committed enqueue of each key wrote last: its payload is the one a thread's
+        # final enqueue of the key gave, and every thread ends with i = 14.
+        for r in rows:
+            assert pgq_queue.get(r["id"]).payload["i"] == 14
+
+
+def test_unique_for_is_at_most_31_days(pgq_queue: Queue, db: SQL) -> None:
+    with pytest.raises(InvalidJob, match="at most 31 days"):
+        pgq_queue.enqueue("k", dedupe_key="x", unique_for=dt.timedelta(days=32))
+    with pytest.raises(Exception, match="at most 31 days"):
+        db("SELECT pgq.enqueue('k', dedupe_key => 'x', unique_for => interval '32 days')")
+    assert pgq_queue.enqueue("k", dedupe_key="x", unique_for=dt.timedelta(days=31)) > 0
+
+
+def test_a_replace_behind_a_job_that_finishes_meanwhile_replaces_the_key_s_new_job(
+        pgq_queue: Queue, db: SQL, pgq_dsn: str) -> None:
+    # The running job finishes, and a plain enqueue adds the key's next job, while the replace is
+    # between its look at the key (running) and pgq.enqueue_after (held on the running job's row).
+    # Its job would come out queued beside that one: it retries and replaces it instead.
+    a = pgq_queue.enqueue("k", {"v": 0}, dedupe_key="x", on_conflict="replace")
+    pgq_queue.claim(worker="w")
+    result: list[int] = []
+    errors: list[BaseException] = []
+
+    def producer() -> None:
+        try:
+            result.append(pgq_queue.enqueue("k", {"v": 2}, dedupe_key="x", on_conflict="replace"))
+        except BaseException as exc:
+            errors.append(exc)
+
+    with psycopg.connect(pgq_dsn) as other:
+        other.execute("SELECT 1 FROM pgq.jobs WHERE id = %s FOR UPDATE", [a])
+        thread = threading.Thread(target=producer)
+        thread.start()
+        for _ in range(500):
+            waiting = db("SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                         "AND query LIKE '%%enqueue_unique%%' AND pid <> pg_backend_pid()")
+            if waiting[0]["n"]:
+                break
+            time.sleep(0.01)
+        else:
+            pytest.fail("the producer never waited on the running job")
+        other.execute("UPDATE pgq.jobs SET status = 'succeeded', finished_at = now(), lease_token = NULL "
+                      "WHERE id = %s", [a])
+        (plain,) = other.execute("SELECT pgq.enqueue('k', '{\"v\": 1}', dedupe_key => 'x')").fetchone()  # type: ignore[misc]
+    thread.join(10)
+    assert errors == [] and result == [plain]
+    rows = db("SELECT id, status::text, payload FROM pgq.jobs WHERE dedupe_key = 'x' ORDER BY id")
+    assert [(r["id"], r["status"], r["payload"]) for r in rows] == [
+        (a, "succeeded", {"v": 0}), (plain, "queued", {"v": 2})]
+
+
+def test_the_job_behind_a_cancelled_running_job_still_runs(pgq_queue: Queue) -> None:
+    # Replace: the job behind holds the newer input, which must still be processed.
+    a = pgq_queue.enqueue("k", {"v": 1}, dedupe_key="c", on_conflict="replace")
+    pgq_queue.claim(worker="w")
+    b = pgq_queue.enqueue("k", {"v": 2}, dedupe_key="c", on_conflict="replace")
+    assert pgq_queue.cancel(a).status is JobStatus.CANCELLED
+    job = pgq_queue.get(b)
+    assert (job.status, job.payload) == (JobStatus.QUEUED, {"v": 2})
+    (claim,) = pgq_queue.claim(worker="w")
+    assert claim.job.id == b
+
+
+def test_a_purge_prunes_key_finishes_past_the_longest_window(pgq_queue: Queue, db: SQL) -> None:
+    db("INSERT INTO pgq.key_finishes (queue, dedupe_key, job_id, finished_at) "
+       "SELECT 'default', 'old' || n, n, now() - interval '40 days' - n * interval '1 second' "
+       "FROM generate_series(1, 25) n")
+    db("INSERT INTO pgq.key_finishes VALUES ('default', 'recent', 0, now() - interval '30 days')")
+    a = pgq_queue.enqueue("k", dedupe_key="p", unique_for=HOUR)
+    (claim,) = pgq_queue.claim(worker="w")
+    pgq_queue.complete(claim)
+    db("DELETE FROM pgq.jobs WHERE id = %s", [a])
+    rows = db("SELECT dedupe_key FROM pgq.key_finishes ORDER BY finished_at")
+    # Up to 10 of the oldest go per purged keyed job; the recent ones and the new one stay.
+    assert len(rows) == 25 - 10 + 2
+    assert {r["dedupe_key"] for r in rows} >= {"recent", "p"} and "old25" not in {r["dedupe_key"] for r in rows}
+    assert pgq_queue.enqueue("k", dedupe_key="p", unique_for=HOUR) == a
