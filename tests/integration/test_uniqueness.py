@@ -197,3 +197,28 @@ def test_a_purge_prunes_key_finishes_past_the_longest_window(pgq_queue: Queue, d
     assert len(rows) == 25 - 10 + 2
     assert {r["dedupe_key"] for r in rows} >= {"recent", "p"} and "old25" not in {r["dedupe_key"] for r in rows}
     assert pgq_queue.enqueue("k", dedupe_key="p", unique_for=HOUR) == a
+
+
+def test_a_replace_released_late_behind_a_key_taken_meanwhile_waits_for_it(pgq_dsn: str, pgq_queue: Queue,
+                                                                             db: SQL) -> None:
+    """A replace queued behind a running job in a producer's transaction left open: the running job
+    finishes without seeing the new edge, a plain enqueue takes the free key, then the producer
+    commits. The settle that releases the replacement finds the key held: it chains the replacement
+    behind the key's new job instead of failing on the unique index (which stopped every settle)."""
+    running = pgq_queue.enqueue("k", {"v": 0}, dedupe_key="late")
+    (claim,) = pgq_queue.claim(worker="w")
+    with psycopg.connect(pgq_dsn) as producer:
+        behind = pgq_queue.enqueue("k", {"v": 1}, dedupe_key="late", on_conflict="replace", conn=producer)
+        pgq_queue.complete(claim)  # cannot see the edge yet
+        plain = pgq_queue.enqueue("k", {"v": 2}, dedupe_key="late")
+        assert plain not in (running, behind)
+        producer.commit()
+    db("SELECT pgq.settle(1000)")
+    assert pgq_queue.get(behind).status is JobStatus.WAITING
+    assert [p.id for p in pgq_queue.dependencies(behind).parents] == [running, plain]
+    (claim,) = pgq_queue.claim(worker="w")
+    assert claim.job.id == plain
+    pgq_queue.complete(claim)
+    job = pgq_queue.get(behind)
+    assert (job.status, job.payload) == (JobStatus.QUEUED, {"v": 1})  # the newer input still runs
+    db("SELECT pgq.settle(1000)")  # and the settle has nothing left that fails
