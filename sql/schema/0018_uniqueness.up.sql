@@ -115,11 +115,14 @@ BEGIN
                         'or debounce (> 0, without run_at or delay); unique_for not with replace or debounce'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    -- Each key's producers one at a time, keys in one global order (no deadlock between batches).
-    PERFORM pg_advisory_xact_lock(1885827428, hashtext(k.queue || chr(31) || k.dedupe_key))
-    FROM (SELECT DISTINCT coalesce(i.q, 'default') AS queue, i.k AS dedupe_key
+    -- Each key's producers one at a time: a lock per slot of 256 the keys hash onto, in slot order
+    -- (no deadlock between batches). Slots, not keys: each lock is an entry of PostgreSQL's shared
+    -- lock table, which a batch of thousands of keys would exhaust ("out of shared memory"); keys
+    -- sharing a slot only make their producers wait for each other.
+    PERFORM pg_advisory_xact_lock(1885827429, k.slot)  -- (1885827428: the settle)
+    FROM (SELECT DISTINCT hashtext(coalesce(i.q, 'default') || chr(31) || i.k) & 255 AS slot
           FROM unnest(queues, dedupe_keys) AS i(q, k)) k
-    ORDER BY k.queue, k.dedupe_key;
+    ORDER BY k.slot;
     FOR r IN
         SELECT i.n, i.kind, coalesce(i.payload, '{}') AS payload, coalesce(i.queue, 'default') AS queue,
                coalesce(i.priority, 0)::smallint AS priority, i.run_at, i.delay, i.dedupe_key,

@@ -222,3 +222,18 @@ def test_a_replace_released_late_behind_a_key_taken_meanwhile_waits_for_it(pgq_d
     job = pgq_queue.get(behind)
     assert (job.status, job.payload) == (JobStatus.QUEUED, {"v": 1})  # the newer input still runs
     db("SELECT pgq.settle(1000)")  # and the settle has nothing left that fails
+
+
+def test_a_batch_of_many_keys_takes_a_bounded_number_of_locks(pgq_dsn: str, pgq_queue: Queue) -> None:
+    """Producers of a key are serialized by advisory locks on 256 slots the keys hash onto, not one
+    per key: a batch of 3,000 distinct keys holds at most 256 of them (one per key would take a
+    good part of PostgreSQL's shared lock table, and a few such batches at once would exhaust it)."""
+    specs = [JobSpec("k", {"i": i}, dedupe_key=f"many-{i}", unique_for=HOUR) for i in range(3000)]
+    with psycopg.connect(pgq_dsn) as conn:
+        ids = pgq_queue.enqueue_many(specs, conn=conn)
+        (held,) = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                               "AND pid = pg_backend_pid()").fetchone() or (None,)
+        conn.commit()
+    assert len(set(ids)) == 3000
+    assert held is not None and 0 < held <= 256, held
+    assert pgq_queue.enqueue_many(specs[:10]) == ids[:10]  # and they dedupe
