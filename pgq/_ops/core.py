@@ -91,8 +91,8 @@ def _clean_text(text: str) -> str:
 WRITING_STATEMENTS: tuple[str, ...] = (
     "concurrency_limit_delete", "concurrency_limit_set", "group_limits_delete", "group_limits_set",
     "job_after_finish", "job_cancel", "job_cancel_many", "job_claim", "job_claim_fast", "job_complete",
-    "job_complete_skip", "job_delete_many", "job_enqueue", "job_enqueue_after", "job_enqueue_one", "job_error_set",
-    "job_fail", "job_fail_skip", "job_heartbeat", "job_heartbeat_skip", "job_insert", "job_insert_one", "job_purge",
+    "job_complete_skip", "job_delete_many", "job_enqueue", "job_enqueue_after", "job_enqueue_one",
+    "job_enqueue_unique", "job_error_set", "job_fail", "job_fail_skip", "job_heartbeat", "job_heartbeat_skip", "job_insert", "job_insert_one", "job_purge",
     "job_rescue", "job_retry", "job_retry_many", "job_settle", "job_snooze", "job_snooze_skip",
     "job_trace_context_set", "job_wait_mark", "limits_changed", "maintenance_lock", "maintenance_lock_seen",
     "periodic_enqueue", "queue_pause", "queue_resume", "rate_limit_delete", "rate_limit_set", "worker_prune",
