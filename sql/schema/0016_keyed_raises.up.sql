@@ -518,6 +518,7 @@ DECLARE
     n       integer := 0;
     m       integer;
     k       record;
+    new_id  bigint;
     timeout text := current_setting('lock_timeout');
 BEGIN
     WITH gone AS (
@@ -598,10 +599,19 @@ BEGIN
                                         AND w.done_watermark >= k.watermark)
                     ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('queued', 'running')
                     DO NOTHING
-                    RETURNING j.queue
+                    RETURNING j.id, j.queue
                 )
-                SELECT count(pg_notify('pgq', CASE WHEN octet_length(i.queue) <= 1000 THEN i.queue ELSE '*' END))
-                INTO m FROM ins i;
+                SELECT count(pg_notify('pgq', CASE WHEN octet_length(i.queue) <= 1000 THEN i.queue ELSE '*' END)),
+                       max(i.id)
+                INTO m, new_id FROM ins i;
+                -- The run whose completion the insert's conflict check waited for (or that committed
+                -- after this statement's snapshot) may have covered the watermark: this statement's
+                -- newer snapshot sees it, and the new job is taken back, as pgq.enqueue_many does.
+                IF new_id IS NOT NULL AND EXISTS (SELECT 1 FROM pgq.key_watermarks w
+                                                  WHERE w.queue = k.queue AND w.dedupe_key = k.dedupe_key
+                                                    AND w.done_watermark >= k.watermark) THEN
+                    DELETE FROM pgq.jobs j WHERE j.id = new_id;
+                END IF;
                 IF m = 0 AND NOT EXISTS (SELECT 1 FROM pgq.key_watermarks w
                                          WHERE w.queue = k.queue AND w.dedupe_key = k.dedupe_key
                                            AND w.done_watermark >= k.watermark) THEN
