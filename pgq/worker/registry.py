@@ -36,6 +36,16 @@ __all__ = ["Registry"]
 logger = logging.getLogger("pgq.worker")
 
 
+def _raise_if_cancelling() -> None:
+    """Raise CancelledError when this task was asked to stop. A cancellation that arrives during a
+    query can come back from psycopg as QueryCanceled (a psycopg.Error, which the registry logs and
+    goes on after): the request would be lost, and the worker's shutdown would wait for this task
+    for ever (seen in CI: a worker asked to stop before it ran hung at its exit)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 class Registry:
     """The registry row of one run of a worker named `claimed_by`, serving `queues` (None: all) with
     handlers for `kinds`, `slots` at once, `lease_s` leases, refreshed every `interval` seconds."""
@@ -98,6 +108,7 @@ class Registry:
         if self.row is None:
             await self.register()
         while self.enabled:
+            _raise_if_cancelling()
             await asyncio.sleep(self._interval)
             if time.monotonic() - self._refreshed < 1.5 * self._interval:
                 continue

@@ -203,7 +203,11 @@ class Worker:
                     run.task.cancel()
             for task in background:
                 task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
+            if background:  # bounded: a task that lost its cancellation must not hold the exit
+                _, stuck = await asyncio.wait(background, timeout=10.0)
+                for task in stuck:
+                    logger.error("worker %s: task %s did not stop when cancelled; leaving it",
+                                 cfg.claimed_by, task.get_name(), extra={"event": "worker_task_stuck"})
             _signal_workers_remove(loop, self, installed)
             self.app._bind_async_queue(loop, None)
             threads.shutdown()
