@@ -922,8 +922,24 @@ BEGIN
                 )
                 SELECT k.kind FROM k WHERE k.kind IS NOT NULL AND (kinds IS NULL OR k.kind = ANY(kinds)));
         END LOOP;
-        kinds_here := ARRAY(SELECT DISTINCT k FROM unnest(kinds_here) k ORDER BY k);
-
+        -- Those kinds, less the ones whose kind limits are full in a plain read (no lock; committed
+        -- claims and finishes only). Locking and counting such a kind would find it full too, unless a
+        -- slot freed in between, which the next claim finds: so a claim behind a full rate window or
+        -- concurrency limit costs these probes, not the locked path below. Limits stay exact: only
+        -- the count made under the lock lets a job of a limited kind through.
+        kinds_here := ARRAY(
+            SELECT DISTINCT k.kind FROM unnest(kinds_here) AS k(kind)
+            WHERE coalesce((SELECT c.max_running > (SELECT count(*) FROM pgq.jobs r
+                                                    WHERE r.status = 'running' AND r.kind = c.kind)
+                            FROM pgq.concurrency_limits c WHERE c.kind = k.kind), true)
+              AND coalesce((SELECT r.max_starts > (SELECT coalesce(sum(s.starts), 0) FROM pgq.rate_limit_starts s
+                                                   WHERE s.kind = r.kind
+                                                     AND s.at > clock_timestamp() - make_interval(secs => r.per_s))
+                            FROM pgq.rate_limits r WHERE r.kind = k.kind), true)
+            ORDER BY k.kind);
+        any_limited := cardinality(kinds_here) > 0;
+    END IF;
+    IF any_limited THEN
         -- Lock those kinds' limit rows, and only those: one claimer at a time counts and claims a
         -- limited kind. SKIP LOCKED: a kind another claimer holds is left for this round (a kind
         -- is claimed only when every limit row it has, kind and group limits, was locked).

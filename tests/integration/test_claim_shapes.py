@@ -44,6 +44,30 @@ def test_a_full_rate_window_ahead_of_plain_work_costs_the_claim_nothing(pgq_queu
     assert fetched is not None and fetched[0] < 200, fetched
 
 
+def test_a_claim_behind_full_limits_locks_no_limit_row_and_finds_a_freed_slot(pgq_queue: Queue, pgq_dsn: str,
+                                                                             db: SQL) -> None:
+    """Kinds whose concurrency limit or rate window is full, read without a lock, are left out of the
+    locked path: the claim takes the plain job and writes no row lock on their limit rows (their xmax
+    stays as it was). Once a slot frees, the next claim takes the next job of that kind."""
+    pgq_queue.set_concurrency_limit("busy", 1)
+    pgq_queue.set_rate_limit("slow", "1/h")
+    pgq_queue.enqueue_many([JobSpec("busy", queue="q") for _ in range(3)]
+                           + [JobSpec("slow", queue="q") for _ in range(3)])
+    first = _claim(pgq_dsn, ["q"])
+    assert sorted(c.job.kind for c in first) == ["busy", "slow"]  # both limits are full now
+    [plain] = pgq_queue.enqueue_many([JobSpec("plain", queue="q")])
+
+    def limit_row_xmax() -> list[str]:
+        return [r["x"] for r in db("SELECT xmax::text AS x FROM pgq.concurrency_limits WHERE kind = 'busy'"
+                                   " UNION ALL SELECT xmax::text FROM pgq.rate_limits WHERE kind = 'slow'")]
+
+    before = limit_row_xmax()
+    assert [c.id for c in _claim(pgq_dsn, ["q"])] == [plain]
+    assert limit_row_xmax() == before  # no FOR UPDATE on a full kind's limit rows
+    pgq_queue.complete_many([(c, None) for c in first if c.job.kind == "busy"])
+    assert [c.job.kind for c in _claim(pgq_dsn, ["q"])] == ["busy"]  # the freed slot, at once
+
+
 def test_unmarked_jobs_of_a_limited_kind_are_marked_not_run_past_the_limit(pgq_queue: Queue, pgq_dsn: str,
                                                                            db: SQL) -> None:
     """A row of a limited kind inserted without the mark (a DBA's INSERT) is marked by the claim
