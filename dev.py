@@ -8,6 +8,8 @@
     python3 dev.py history [JOBS]   the full randomized run under faults and kills (default 100,000
                                     jobs), checked against its recorded history; CI runs 6,000
     python3 dev.py soak [ARGS...]   bench/soak.py: 30 minutes of steady enqueue and drain, a line a minute
+    python3 dev.py django6 [ARGS...]  tests/djangotasks on Django 6 (its own django.tasks) in .venv-django6,
+                                    with the first Python 3.12+ found; skipped, saying so, without one
 
 Both create the virtualenv `.venv` next to this file on first use and install pgq into it
 (editable, with its test and dev extras); they reinstall when pyproject.toml changes. Tests use
@@ -180,6 +182,48 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+DJANGO6_VENV = ROOT / ".venv-django6"
+DJANGO6 = "django>=6,<7"
+
+
+def newer_python() -> str | None:
+    """A Python 3.12 or later, as Django 6 needs: $PGQ_PYTHON312, else python3.13 or python3.12 on
+    PATH, else the newest that pyenv has; the first that runs and says it is 3.12+ (None: none)."""
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    installed = sorted((p / "bin" / "python" for p in pyenv.glob("3.1[2-9]*")),
+                       key=lambda p: [int(n) if n.isdigit() else 0 for n in p.parent.parent.name.split(".")])
+    candidates = [os.environ.get("PGQ_PYTHON312"), shutil.which("python3.13"), shutil.which("python3.12"),
+                  *(str(p) for p in reversed(installed))]
+    for python in filter(None, candidates):
+        check = "import sys; sys.exit(sys.version_info < (3, 12))"
+        if subprocess.run([python, "-c", check], capture_output=True).returncode == 0:
+            return python
+    return None
+
+
+def cmd_django6(args: list[str]) -> int:
+    """Run tests/djangotasks (ARGS go to pytest) on Django 6, whose own django.tasks the backend then
+    uses (no backport installed), in .venv-django6 made with `newer_python()`. The suite runs those
+    tests on Django 5.2 with the backport; this checks the other half of pgq.contrib.django._tasks.
+    Returns 0, saying so, when no Python 3.12+ is found."""
+    python = newer_python()
+    if python is None:
+        say("Django 6 needs Python 3.12 or later and none was found (set PGQ_PYTHON312): not run")
+        return 0
+    vpython = DJANGO6_VENV / ("Scripts" if os.name == "nt" else "bin") / "python"
+    stamp = DJANGO6_VENV / ".pgq-installed"
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + python.encode()).hexdigest()
+    if not (vpython.exists() and stamp.exists() and stamp.read_text() == wanted):
+        shutil.rmtree(DJANGO6_VENV, ignore_errors=True)
+        if run(python, "-m", "venv", DJANGO6_VENV) != 0:
+            sys.exit(f"dev: could not create {DJANGO6_VENV} with {python}")
+        if run(vpython, "-m", "pip", "install", "-q", "--disable-pip-version-check", "-e", ".[test,web]",
+               DJANGO6) != 0:
+            sys.exit("dev: installing pgq and Django 6 failed (see pip's output above)")
+        stamp.write_text(wanted)
+    return run(vpython, "-m", "pytest", "tests/djangotasks", *args)
+
+
 def cmd_history(args: list[str]) -> int:
     """Run the randomized history test with JOBS (default 100,000) jobs, printing its figures."""
     ensure_venv()
@@ -203,7 +247,8 @@ def cmd_demo(args: list[str]) -> int:
 
 
 def main() -> int:
-    commands = {"test": cmd_test, "demo": cmd_demo, "matrix": cmd_matrix, "history": cmd_history, "soak": cmd_soak}
+    commands = {"test": cmd_test, "demo": cmd_demo, "matrix": cmd_matrix, "history": cmd_history, "soak": cmd_soak,
+                "django6": cmd_django6}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         print(__doc__)
         return 2

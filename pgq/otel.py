@@ -28,6 +28,7 @@ Once an App is instrumented:
   `depends_on` carry their enqueuer's context like any other.
 
 A job enqueued by an uninstrumented client has no context: its consumer span starts a new trace.
+With the API alone (no SDK, or a provider that records nothing) no context is stored at all.
 """
 
 from __future__ import annotations
@@ -143,10 +144,11 @@ class ProcessSpan:
         self.span = span
 
     @property
-    def trace_context(self) -> str:
+    def trace_context(self) -> str | None:
         """The span's W3C trace context as JSON object text, computed when asked for (only an
-        attempt with follow-up jobs needs it)."""
-        return _context_of(self.span) or "{}"
+        attempt with follow-up jobs needs it); None when the propagator writes none (a span that
+        records nothing, such as the API's without an SDK)."""
+        return _context_of(self.span)
 
     def failed(self, error: BaseException) -> None:
         """Record the attempt's failure."""

@@ -245,7 +245,10 @@ class Runner:
             span.failed(failed if failed is not None else Rejected(decided.failure.summary))
         if not decided.follow_ups:
             return decided
-        follow_ups: list[JobSpec] = [TracedJobSpec.traced(spec, span.trace_context) for spec in decided.follow_ups]
+        context = span.trace_context
+        if context is None:  # a span that records nothing: the follow-ups store no context
+            return decided
+        follow_ups: list[JobSpec] = [TracedJobSpec.traced(spec, context) for spec in decided.follow_ups]
         return decided._replace(follow_ups=follow_ups)
 
     def end_run(self, run: Running, outcome: str, error: str | None) -> None:

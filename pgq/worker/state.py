@@ -36,8 +36,8 @@ class ProcessSpan(Protocol):
     enqueues."""
 
     @property
-    def trace_context(self) -> str:
-        """The span's trace context (a JSON object's text)."""
+    def trace_context(self) -> str | None:
+        """The span's trace context (a JSON object's text; None: it has none to propagate)."""
 
     def failed(self, error: BaseException) -> None:
         """The attempt failed with `error` (recorded on the span)."""

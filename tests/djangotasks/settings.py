@@ -1,9 +1,11 @@
-"""Settings of the test project: the database from PGQ_DJANGO_DSN, pgq as the tasks backend."""
+"""Settings of the test project: the database from PGQ_DJANGO_DSN, pgq as the tasks backend (on
+Django 5.2 through the django-tasks backport, on Django 6 through its own django.tasks)."""
 
 from __future__ import annotations
 
 import os
 
+import django
 from psycopg.conninfo import conninfo_to_dict
 
 _params = conninfo_to_dict(os.environ["PGQ_DJANGO_DSN"])
@@ -18,7 +20,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
-    "django_tasks",
+    *(["django_tasks"] if django.VERSION < (6,) else []),  # the backport; Django 6 has django.tasks
     "pgq.contrib.django",
     "tests.djangotasks.shop",
 ]

@@ -44,11 +44,25 @@ class Rollback(Exception):
     """Raised to roll an atomic block back."""
 
 
+def test_the_backend_uses_the_task_api_of_this_django(project: str) -> None:
+    import django
+    from django.conf import settings
+
+    from pgq.contrib.django import PgqBackend, _tasks
+    from tests.djangotasks.shop.tasks import ship
+
+    # Django 6 has django.tasks (the backport is not installed there: `python3 dev.py django6`).
+    expected = "django.tasks" if django.VERSION >= (6,) else "django_tasks"
+    assert (_tasks.SOURCE, type(ship).__module__) == (expected, f"{expected}.base")
+    assert isinstance(ship.get_backend(), PgqBackend)
+    assert ("django_tasks" in settings.INSTALLED_APPS) is (django.VERSION < (6,))
+
+
 def test_an_enqueue_in_a_rolled_back_transaction_leaves_no_job(project: str) -> None:
     from django.contrib.auth.models import User
     from django.db import transaction
-    from django_tasks import TaskResultStatus
 
+    from pgq.contrib.django._tasks import TaskResultStatus
     from tests.djangotasks.shop.tasks import ship
 
     with pytest.raises(Rollback), transaction.atomic():
@@ -65,9 +79,8 @@ def test_an_enqueue_in_a_rolled_back_transaction_leaves_no_job(project: str) -> 
 def test_committed_tasks_run_on_a_pgq_worker_and_their_results_read_back(project: str) -> None:
     from django.contrib.auth.models import User
     from django.db import transaction
-    from django_tasks import TaskResultStatus
-    from django_tasks.exceptions import TaskResultDoesNotExist
 
+    from pgq.contrib.django._tasks import TaskResultDoesNotExist, TaskResultStatus
     from tests.djangotasks.shop.tasks import attempt, explode, mail, ship
 
     later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)

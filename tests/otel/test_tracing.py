@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -117,3 +118,14 @@ def test_one_trace_runs_from_the_enqueue_through_the_job_to_its_follow_ups(pgq_d
     assert (failed["status"], failed["events"]) == (StatusCode.ERROR.name, ["exception"])
     assert failed["attributes"]["pgq.job.outcome"] == "failed"
     assert failed["attributes"]["error.type"] == "PermanentFailure"
+
+
+def test_the_api_alone_traces_nothing_and_stores_no_context(pgq_dsn: str) -> None:
+    # The otel extra installs opentelemetry-api only: with no SDK (its import blocked) and no tracer
+    # provider set, an instrumented App enqueues and runs jobs, and their follow-ups, storing no
+    # context at all (the API's spans record nothing, so there is nothing to propagate).
+    out = subprocess.run([sys.executable, "-m", "tests.otel.api_only", pgq_dsn], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[-1]) == {
+        "sdk_modules": [], "jobs": [["ship", "succeeded", None], ["receipt", "succeeded", None]]}

@@ -1,8 +1,9 @@
-"""pgq as a Django tasks backend (`django.tasks` in Django 6.0, the `django-tasks` backport on 5.2).
+"""pgq as a Django tasks backend (`django.tasks` in Django 6.0, the `django-tasks` backport on 5.2;
+where Django has `django.tasks`, that is the API used).
 
 In settings::
 
-    INSTALLED_APPS = [..., "django_tasks", "pgq.contrib.django"]
+    INSTALLED_APPS = [..., "django_tasks", "pgq.contrib.django"]  # "django_tasks": on Django 5.2 only
     TASKS = {"default": {"BACKEND": "pgq.contrib.django.PgqBackend", "QUEUES": ["default"], "OPTIONS": {}}}
 
 `task.enqueue(...)` writes the pgq job through Django's own database connection (psycopg 3), so inside

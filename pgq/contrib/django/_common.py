@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from django.core.management.base import CommandError
-from django_tasks import task_backends
-from django_tasks.exceptions import InvalidTaskBackendError
 
+from ._tasks import InvalidTaskBackend, task_backends
 from .backend import PgqBackend
 
 
@@ -13,7 +12,7 @@ def pgq_backend_of(alias: str) -> PgqBackend:
     """The backend `alias` of settings.TASKS; CommandError unless it is a PgqBackend."""
     try:
         backend = task_backends[alias]
-    except InvalidTaskBackendError as exc:
+    except InvalidTaskBackend as exc:
         raise CommandError(f"no task backend {alias!r} in settings.TASKS ({exc})") from None
     if not isinstance(backend, PgqBackend):
         raise CommandError(f"task backend {alias!r} is {type(backend).__name__}, not "

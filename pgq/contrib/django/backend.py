@@ -14,12 +14,6 @@ from django.apps import apps as django_apps
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections
 from django.utils.module_loading import import_string
-from django_tasks.backends.base import BaseTaskBackend
-from django_tasks.base import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, Task, TaskContext, TaskError, TaskResult
-from django_tasks.base import TaskResultStatus as Status
-from django_tasks.exceptions import TaskResultDoesNotExist
-from django_tasks.signals import task_enqueued
-from django_tasks.utils import normalize_json
 from psycopg.conninfo import make_conninfo
 from psycopg.types.json import JsonbBinaryLoader, JsonbLoader
 
@@ -27,6 +21,19 @@ from ... import _ops
 from ...app import App
 from ...context import current_job, set_progress
 from ...models import Job, JobSpec, JobStatus
+from ._tasks import (
+    TASK_MAX_PRIORITY,
+    TASK_MIN_PRIORITY,
+    BaseTaskBackend,
+    Task,
+    TaskContext,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    normalize_json,
+    task_enqueued,
+)
+from ._tasks import TaskResultStatus as Status
 
 __all__ = ["OPTIONS", "STATUSES", "PgqBackend"]
 
@@ -62,8 +69,11 @@ class PgqBackend(BaseTaskBackend):
     cancelled ones; `return_value` is the job's result; `enqueued_at`, `started_at`, `finished_at`
     come from the database clock (`last_attempted_at` is the last attempt's start). What does not map:
     `errors` holds the last attempt's error only (pgq keeps one), `worker_ids` repeats the last
-    attempt's worker once per attempt, and a task enqueued through this backend runs only on
-    `pgq_worker` (not on a plain `pgq worker`, which does not know Django's tasks).
+    attempt's worker once per attempt, the `task_started` and `task_finished` signals are not sent
+    (`task_enqueued` is), a result lasts as long as pgq's retention keeps its finished job, and a task
+    enqueued through this backend runs only on `pgq_worker` (not on a plain `pgq worker`, which does
+    not know Django's tasks). The task API is Django's `django.tasks` where Django has it (6.0 and
+    later), else the `django-tasks` backport's (see `_tasks`).
     """
 
     supports_defer = True

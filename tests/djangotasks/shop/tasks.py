@@ -1,11 +1,12 @@
-"""The shop's Django tasks (django_tasks' API, run by pgq)."""
+"""The shop's Django tasks (Django's task API, run by pgq)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.contrib.auth.models import User
-from django_tasks import TaskContext, task
+
+from pgq.contrib.django._tasks import TaskContext, task  # django.tasks on Django 6, else the backport
 
 
 @task()
