@@ -341,6 +341,34 @@ def test_bulk_selection_and_apply_to_all_matching(page: Any, pgq_queue: Queue, d
     assert [r["actor"] for r in db("SELECT actor FROM pgq.job_audit ORDER BY id")] == [f"dashboard:{USER}"] * 2
 
 
+def test_dead_letter_group_retry_takes_that_group_only(page: Any, pgq_queue: Queue, db: SQL) -> None:
+    def fail(n: int, error: str) -> list[int]:
+        ids = [pgq_queue.enqueue("send_mail", queue="mail", max_attempts=1) for _ in range(n)]
+        for claim in pgq_queue.claim(worker="w", queues=["mail"], limit=n):
+            pgq_queue.fail(claim, error)
+        return ids
+
+    short = fail(3, "TimeoutError: smtp\nTraceback (most recent call last): ...")
+    longer = fail(2, "TimeoutError: smtp relay down")
+    page.goto("/jobs?status=failed")
+    groups = page.locator("#dead-letters tbody tr")
+    expect(groups).to_have_count(2)
+    expect(groups.nth(0)).to_contain_text("TimeoutError: smtp")
+    groups.nth(0).locator("text=Retry all in this group").click()
+    expect(page.locator("#bulk-count")).to_have_text("3")  # not the 5 errors containing its text
+    expect(page.locator("#bulk")).to_contain_text("Error's first line")
+    page.screenshot(path=str(artifacts() / "dead-letter-group-confirm.png"), full_page=True)
+    page.click("#bulk a.btn-quiet")  # Back: the list of that group
+    expect(page.locator("#error-line-filter")).to_contain_text("TimeoutError: smtp")
+    expect(page.locator("#jobs tbody tr")).to_have_count(3)
+    page.screenshot(path=str(artifacts() / "dead-letter-group-list.png"), full_page=True)
+    page.click("#retry-all")
+    page.click("#bulk-apply button")
+    expect(page.locator(".bulk-result")).to_contain_text("3 jobs retried")
+    queued = {r["id"] for r in db("SELECT id FROM pgq.jobs WHERE status = 'queued'")}
+    assert queued == set(short) and not queued & set(longer)
+
+
 def test_explain_panel_names_a_full_group_limit_and_the_sequence_holder(page: Any, pgq_queue: Queue,
                                                                          db: SQL) -> None:
     db("SELECT * FROM pgq.worker_register('host-1', 'box', 1, NULL, '{export,sync}', 4, 30, 15, '0.2.0')")
