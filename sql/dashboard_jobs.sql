@@ -1,7 +1,9 @@
 -- dashboard_jobs: one window of the dashboard's job search: the jobs with `low` <= id < `high` that
 -- match every filter given (status, queue, kind, `text` found in the dedupe key or the last error,
 -- ignoring case, and `payload`, JSON the payload contains (jsonb @>); NULL: no filter), newest
--- (highest id) first, at most `limit`. The payload test needs no index: like the others it runs on
+-- (highest id) first, at most `limit`. `error_line`: the first line of the last error (its first 200
+-- characters, '' without error text) equals this, one dead-letter group of
+-- sql/dashboard_failed_groups.sql. The payload test needs no index: like the others it runs on
 -- the window's rows only (no write pays for it; see docs/dashboard.md for its cost).
 --
 -- Why windows of ids: pgq.jobs has no index on kind, and none that serves "newest first" for a queue
@@ -25,5 +27,7 @@ WHERE j.id < %(high)s::bigint
        OR strpos(lower(j.dedupe_key), lower(%(text)s::text)) > 0
        OR strpos(lower(j.last_error), lower(%(text)s::text)) > 0)
   AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
+  AND (%(error_line)s::text IS NULL
+       OR left(split_part(coalesce(j.last_error, ''), E'\n', 1), 200) = %(error_line)s::text)
 ORDER BY j.id DESC
 LIMIT %(limit)s

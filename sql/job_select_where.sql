@@ -7,6 +7,8 @@
 --   error               case-insensitive substring of last_error (no wildcards)
 --   payload             JSON containment: payload @> this jsonb
 --   created_*, finished_* ranges: after <= t < before
+--   error_line          the first line of last_error (its first 200 characters, '' without error
+--                       text) equals this: one dead-letter group (sql/dashboard_failed_groups.sql)
 SELECT j.id
 FROM pgq.jobs j
 WHERE j.id > %(after_id)s::bigint
@@ -19,5 +21,7 @@ WHERE j.id > %(after_id)s::bigint
   AND (%(created_before)s::timestamptz IS NULL OR j.created_at < %(created_before)s::timestamptz)
   AND (%(finished_after)s::timestamptz IS NULL OR j.finished_at >= %(finished_after)s::timestamptz)
   AND (%(finished_before)s::timestamptz IS NULL OR j.finished_at < %(finished_before)s::timestamptz)
+  AND (%(error_line)s::text IS NULL
+       OR left(split_part(coalesce(j.last_error, ''), E'\n', 1), 200) = %(error_line)s::text)
 ORDER BY j.id
 LIMIT %(batch)s

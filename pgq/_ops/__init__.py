@@ -33,7 +33,7 @@ from .admin import (
     set_rate_limit,
     wait_mark,
 )
-from .bulk import BULK_BATCH, BULK_IDS_MAX, BULK_STATUSES, BulkAction, JobFilter, bulk, bulk_ids
+from .bulk import BULK_BATCH, BULK_IDS_MAX, BULK_STATUSES, ERROR_LINE_CHARS, BulkAction, JobFilter, bulk, bulk_ids
 from .core import READ_ONLY_STATEMENTS, WRITING_STATEMENTS, Fetch, Operation, Steps, Stmt
 from .driver import (
     KEPT_CURSOR_MAX_ROWS,
@@ -77,6 +77,7 @@ __all__ = [
     "BULK_IDS_MAX",
     "BULK_STATUSES",
     "DEPENDENCIES_LIMIT",
+    "ERROR_LINE_CHARS",
     "KEPT_CURSOR_MAX_ROWS",
     "PURGE_BATCH",
     "READ_ONLY_STATEMENTS",

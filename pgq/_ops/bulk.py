@@ -33,13 +33,18 @@ BULK_STATUSES: Final[dict[str, tuple[JobStatus, ...]]] = {
 }
 """The statuses each action applies to (and its default status filter)."""
 
+ERROR_LINE_CHARS: Final = 200
+"""How much of an error's first line tells its dead-letter group (sql/dashboard_failed_groups.sql)."""
+
 
 @dataclass(frozen=True, slots=True)
 class JobFilter:
     """The filters of a bulk action, each None for "any": `queue` and `kind` equal; `status` one or
     several statuses within those the action applies to; `error` a case-insensitive substring of
     the job's last error; `payload` a JSON value the payload contains (jsonb `@>`); created and
-    finished ranges (after <= t < before, timezone-aware datetimes)."""
+    finished ranges (after <= t < before, timezone-aware datetimes); `error_line` the first line of
+    the last error, its first ERROR_LINE_CHARS characters, equal to this ("" for no error text): one
+    group of the dashboard's dead letters (sql/dashboard_failed_groups.sql)."""
 
     queue: str | None = None
     kind: str | None = None
@@ -50,6 +55,7 @@ class JobFilter:
     created_before: dt.datetime | None = None
     finished_after: dt.datetime | None = None
     finished_before: dt.datetime | None = None
+    error_line: str | None = None
 
     def params(self, action: BulkAction) -> dict[str, Any]:
         """The filter's parameters of sql/job_select_where.sql for `action`; raises InvalidJob for a
@@ -62,12 +68,17 @@ class JobFilter:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, dt.datetime) or value.tzinfo is None):
                 raise InvalidJob(f"{name} must be a timezone-aware datetime, got {value!r}")
+        line = self.error_line
+        if line is not None and (not isinstance(line, str) or "\x00" in line or "\n" in line
+                                 or len(line) > ERROR_LINE_CHARS):
+            raise InvalidJob(f"error_line must be one line of at most {ERROR_LINE_CHARS} characters, got {line!r}")
         return {
             "statuses": [s.value for s in self.statuses(action)],
             "queue": self.queue, "kind": self.kind, "error": self.error,
             "payload": None if self.payload is None else encode_json("payload", self.payload, None),
             "created_after": self.created_after, "created_before": self.created_before,
             "finished_after": self.finished_after, "finished_before": self.finished_before,
+            "error_line": line,
         }
 
     def statuses(self, action: BulkAction) -> tuple[JobStatus, ...]:
@@ -88,7 +99,7 @@ class JobFilter:
         """The filters as the audit records them (only those given, times in ISO 8601)."""
         shown: dict[str, Any] = {"status": [s.value for s in self.statuses(action)]}
         for name in ("queue", "kind", "error", "payload", "created_after", "created_before", "finished_after",
-                     "finished_before"):
+                     "finished_before", "error_line"):
             value = getattr(self, name)
             if value is not None:
                 shown[name] = value.isoformat() if isinstance(value, dt.datetime) else value

@@ -89,11 +89,15 @@ def run_bulk(args: argparse.Namespace, action: BulkAction) -> int:
             dry_run=args.dry_run, batch=args.batch, progress=progress)
     if result.dry_run:
         print(f"{result.matched} jobs match; nothing changed (--dry-run)")
+    elif result.matched == 0:
+        print(f"0 jobs {_past(action)}: none matched; nothing recorded")
     else:
         skipped = result.matched - result.changed
         why = "changed meanwhile" + (", or their dedupe key is held" if action == "retry" else "")
+        # A batch that changed nothing writes no audit row.
+        recorded = "recorded in pgq.job_audit" if result.changed else "nothing recorded"
         print(f"{result.changed} jobs {_past(action)}" + (f", {skipped} skipped ({why})" if skipped else "")
-              + f", in {result.batches} batches; recorded in pgq.job_audit")
+              + f", in {result.batches} batches; {recorded}")
     return EXIT_OK
 
 

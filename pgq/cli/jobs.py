@@ -84,10 +84,11 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
         "explain", parents=[dsn], formatter_class=Formatter, help="say why a job is not running now",
         description=(
             "Say why a job is not running now, each reason with its facts, read in one snapshot by the\n"
-            "SQL function pgq.explain(ID) (the same answer in psql): scheduled for later, waiting for\n"
-            "parents, its queue paused, its kind's concurrency limit or rate window full, no live worker\n"
-            "claiming from its queue or none knowing its kind; or ready, with its position in its queue;\n"
-            "or running, or finished with its outcome."
+            "SQL function pgq.explain(ID) (the same answer in psql): scheduled for later, held by the\n"
+            "previous job of its sequence, waiting for parents, its queue paused, its kind's concurrency\n"
+            "limit or rate window full, or its group's (group limits), no live worker claiming from its\n"
+            "queue or none knowing its kind; or ready, with its position in its queue; or running, or\n"
+            "finished with its outcome."
         ),
     )
     q.add_argument("id", metavar="ID", type=job_id, help="job id")

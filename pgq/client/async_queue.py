@@ -551,10 +551,11 @@ class AsyncQueue:
     async def explain(self, job_id: int) -> Explanation:
         """Why job `job_id` is not running now, read in one snapshot by the SQL function
         pgq.explain (which a DBA can call in psql for the same answer): each reason with its facts
-        (scheduled, waiting for parents, queue paused, a concurrency limit or rate window full, no
-        live worker serving its queue or knowing its kind), or "ready" with its position in its
-        queue, or how it finished, or that it runs. Raises NotFound for an unknown id, InvalidJob
-        for an id that is not an int."""
+        (scheduled, held by the previous job of its sequence, waiting for parents, queue paused, its
+        kind's concurrency limit or rate window full, or its group's, no live worker serving its
+        queue or knowing its kind; the codes are pgq.insight.REASONS), or "ready" with its position
+        in its queue, or how it finished, or that it runs. Raises NotFound for an unknown id,
+        InvalidJob for an id that is not an int."""
         return await self._run(_ops.explain(job_id))
 
     async def dependencies(self, job_id: int, *, limit: int = _ops.DEPENDENCIES_LIMIT) -> Dependencies:

@@ -115,9 +115,7 @@ class Pages:
         page = await self.dash.read(queries.find_jobs(filters, before=cursor, limit=limit))
         names = await self.dash.read(queries.queue_names())
         app = self.dash.settings.app
-        filter_params = {"queue": filters.queue, "kind": filters.kind,
-                         "status": filters.status.value if filters.status else None, "q": filters.text,
-                         "payload": filters.payload}
+        filter_params = filters.query()
         groups = None
         if filters.status is JobStatus.FAILED:
             groups = await self.dash.read(queries.failed_groups(filters.queue, filters.kind))
@@ -143,9 +141,7 @@ class Pages:
             await self.dash.read(queries.rights())).refusal(action)
         return self.render(request, "bulk.html", section="jobs", action=action, filters=filters,
                            described=filters.bulk().describe(action), count=count, refusal=refusal, result=None,
-                           filter_params={"queue": filters.queue, "kind": filters.kind, "q": filters.text,
-                                          "status": filters.status.value if filters.status else None,
-                                          "payload": filters.payload})
+                           filter_params=filters.query())
 
     async def bulk_action(self, request: Request) -> Response:
         """`POST /jobs/bulk` from the jobs page (fields `action` and the selected `id`s) or from the

@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from .. import _ops
 from ..models import JobStatus
 from .errors import HttpError
 from .queries import JobFilter
 
-__all__ = ["BIGINT_MAX", "MAX_LIMIT", "MAX_TEXT", "cursor", "job_filter", "job_id", "limit", "payload", "queue_name"]
+__all__ = ["BIGINT_MAX", "MAX_LIMIT", "MAX_TEXT", "cursor", "error_line", "job_filter", "job_id", "limit", "payload",
+           "queue_name"]
 
 BIGINT_MAX = 2**63 - 1
 MAX_LIMIT = 500
@@ -65,8 +67,9 @@ def _optional(params: Mapping[str, str], key: str, what: str) -> str | None:
 
 def job_filter(params: Mapping[str, str]) -> JobFilter:
     """The search's filters from query parameters `status`, `queue`, `kind`, `q` (text in the dedupe
-    key or the error) and `payload` (JSON the payload contains); an absent or empty parameter
-    filters nothing. The status must be one of pgq's (any case)."""
+    key or the error), `payload` (JSON the payload contains) and `error_line` (a dead-letter group's
+    first line of error, as a JSON string); an absent or empty parameter filters nothing. The status
+    must be one of pgq's (any case)."""
     status_text = _optional(params, "status", "status")
     status = None
     if status_text is not None:
@@ -79,7 +82,24 @@ def job_filter(params: Mapping[str, str]) -> JobFilter:
     return JobFilter(status=status, queue=_optional(params, "queue", "the queue"),
                      kind=_optional(params, "kind", "the kind"),
                      text=None if text is None or not text.strip() else text.strip(),
-                     payload=payload(params))
+                     payload=payload(params), error_line=error_line(params))
+
+
+def error_line(params: Mapping[str, str]) -> str | None:
+    """Query parameter `error_line`: a JSON string, the first line of the error of a dead-letter group
+    (JSON so that the group without error text, "", is a value too); None when absent. 400 for
+    anything else, or a string that is not one line of at most ERROR_LINE_CHARS characters."""
+    text = _optional(params, "error_line", "the error line")
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        value = None
+    if not isinstance(value, str) or "\x00" in value or "\n" in value or len(value) > _ops.ERROR_LINE_CHARS:
+        raise HttpError(400, f"error_line must be a JSON string of one line, at most {_ops.ERROR_LINE_CHARS} "
+                             f"characters; got {_shown(text)}")
+    return value
 
 
 def payload(params: Mapping[str, str]) -> str | None:

@@ -253,24 +253,34 @@ def _throughput(now: dt.datetime, rows: Sequence[Any], by_name: dict[str, QueueS
 @dataclass(frozen=True, slots=True)
 class JobFilter:
     """The job search's filters; None: any. `text` is looked for in the dedupe key and the last error,
-    ignoring case; `payload` is JSON text the payload must contain (jsonb `@>`)."""
+    ignoring case; `payload` is JSON text the payload must contain (jsonb `@>`); `error_line` is the
+    first line of the last error, as a dead-letter group has it (failed_groups): equal."""
 
     status: JobStatus | None = None
     queue: str | None = None
     kind: str | None = None
     text: str | None = None
     payload: str | None = None
+    error_line: str | None = None
 
     @property
     def active(self) -> bool:
         """Whether any filter is set."""
-        return any(v is not None for v in (self.status, self.queue, self.kind, self.text, self.payload))
+        return any(v is not None for v in (self.status, self.queue, self.kind, self.text, self.payload,
+                                           self.error_line))
 
     def bulk(self) -> _ops.JobFilter:
         """These filters as a bulk action's: the text as the error's (a bulk action does not look in
         dedupe keys)."""
         return _ops.JobFilter(queue=self.queue, kind=self.kind, status=self.status, error=self.text,
-                              payload=None if self.payload is None else json.loads(self.payload))
+                              payload=None if self.payload is None else json.loads(self.payload),
+                              error_line=self.error_line)
+
+    def query(self) -> dict[str, str | None]:
+        """These filters as the query parameters of a link (None: absent)."""
+        return {"queue": self.queue, "kind": self.kind, "status": self.status.value if self.status else None,
+                "q": self.text, "payload": self.payload,
+                "error_line": None if self.error_line is None else json.dumps(self.error_line)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,7 +316,8 @@ def find_jobs(
         high = int(bounds["max_id"]) + 1 if before is None else min(before, int(bounds["max_id"]) + 1)
         found: list[dict[str, Any]] = []
         params = {"status": None if filters.status is None else filters.status.value, "queue": filters.queue,
-                  "kind": filters.kind, "text": filters.text, "payload": filters.payload}
+                  "kind": filters.kind, "text": filters.text, "payload": filters.payload,
+                  "error_line": filters.error_line}
         while high > low_end:
             low = max(high - window, low_end)
             window_started = time.monotonic()

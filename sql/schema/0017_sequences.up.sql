@@ -21,7 +21,7 @@
 --                             job that holds a sequence);
 --   failed, not sequence_hold the job was enqueued with sequence_on_failure 'continue': released.
 -- pgq.settle leaves held edges alone. pgq.explain says 'sequence_held' (the HOOK(sequences) of
--- revision 0013).
+-- revision 0013), and now also tells revision 0014's full group limits.
 
 ALTER TABLE pgq.jobs ADD COLUMN sequence_key text;
 COMMENT ON COLUMN pgq.jobs.sequence_key IS
@@ -520,7 +520,11 @@ COMMENT ON FUNCTION pgq.cancel(bigint) IS
 
 -- pgq.explain (revision 0013) says 'sequence_held' for a job waiting on its sequence predecessor
 -- (held by job N: running, queued, waiting, or failed and holding), where its HOOK(sequences) was left;
--- waiting_for_parents names the other parents only.
+-- waiting_for_parents names the other parents only. It also tells the group limits of revision 0014
+-- (pgq.group_limits): a grouped job whose group has max_running jobs of its kind running
+-- ('group_concurrency_limit_full', with the jobs holding it) or max_starts starts in its window
+-- ('group_rate_limit_full', until when), counted as the claim counts them; without these, such a job
+-- was called 'ready'.
 CREATE OR REPLACE FUNCTION pgq.explain(p_job_id bigint)
 RETURNS TABLE (reason text, detail text, facts jsonb)
 LANGUAGE sql STABLE
@@ -531,7 +535,7 @@ WITH job AS (
     -- in one (revision 0007 adds it), and a body may not name it as an enum literal then.
     SELECT j.id, j.queue, j.kind, j.status::text AS status, j.run_at, j.priority, j.pending_parents, j.attempts,
            j.max_attempts, j.last_error, j.finished_at, j.claimed_by, j.started_at, j.lease_expires_at,
-           j.sequence_key
+           j.sequence_key, j.group_key
     FROM pgq.jobs j
     WHERE j.id = p_job_id
 ),
@@ -619,11 +623,43 @@ blockers AS (
     ) s
     WHERE s.total >= r.max_starts
     UNION ALL
-    SELECT 9, 'no_live_worker', format('no live worker claims from queue %s', a.queue),
+    -- Revision 0014's per-group limits, for a job with a group key (the others are not limited by
+    -- them): its group's running jobs of the kind, and its group's starts in the window.
+    SELECT 9, 'group_concurrency_limit_full',
+           format('group concurrency limit of %s is full for group %s: %s of %s running (jobs %s)', g.kind,
+                  a.group_key, h.n, g.max_running, array_to_string(h.ids, ', ')),
+           jsonb_build_object('kind', g.kind, 'group_key', a.group_key, 'max_running', g.max_running,
+                              'running', h.n, 'holders', to_jsonb(h.ids))
+    FROM active a
+    JOIN pgq.group_limits g ON g.kind = a.kind AND g.max_running IS NOT NULL
+    CROSS JOIN LATERAL (SELECT count(*) AS n, coalesce((array_agg(r.id ORDER BY r.id))[1:20], '{}') AS ids
+                        FROM pgq.jobs r
+                        WHERE r.status = 'running' AND r.kind = a.kind AND r.group_key = a.group_key) h
+    WHERE a.group_key IS NOT NULL AND h.n >= g.max_running
+    UNION ALL
+    SELECT 10, 'group_rate_limit_full',
+           format('group rate limit of %s (%s per %s s) is full for group %s until %s', g.kind, g.max_starts,
+                  g.per_s, a.group_key, s.until),
+           jsonb_build_object('kind', g.kind, 'group_key', a.group_key, 'max_starts', g.max_starts,
+                              'per_s', g.per_s, 'starts', s.total, 'until', s.until)
+    FROM active a
+    JOIN pgq.group_limits g ON g.kind = a.kind AND g.max_starts IS NOT NULL
+    CROSS JOIN LATERAL (
+        SELECT max(x.total) AS total,
+               min(x.at + make_interval(secs => g.per_s)) FILTER (WHERE x.cum >= x.total - g.max_starts + 1) AS until
+        FROM (SELECT st.at, sum(st.starts) OVER (ORDER BY st.at ROWS UNBOUNDED PRECEDING) AS cum,
+                     sum(st.starts) OVER () AS total
+              FROM pgq.group_rate_starts st
+              WHERE st.kind = a.kind AND st.group_key = a.group_key
+                AND st.at > now() - make_interval(secs => g.per_s)) x
+    ) s
+    WHERE a.group_key IS NOT NULL AND s.total >= g.max_starts
+    UNION ALL
+    SELECT 11, 'no_live_worker', format('no live worker claims from queue %s', a.queue),
            jsonb_build_object('queue', a.queue)
     FROM active a WHERE NOT EXISTS (SELECT 1 FROM serving)
     UNION ALL
-    SELECT 10, 'unknown_kind',
+    SELECT 12, 'unknown_kind',
            format('no live worker claiming from queue %s knows kind %s (workers there: %s)', a.queue, a.kind,
                   (SELECT string_agg(s.claimed_by, ', ' ORDER BY s.claimed_by) FROM serving s)),
            jsonb_build_object('queue', a.queue, 'kind', a.kind,
@@ -635,7 +671,7 @@ SELECT b.reason, b.detail, b.facts
 FROM (SELECT * FROM blockers
       UNION ALL
       -- Claim order within the queue: priority, run_at, id (jobs_claim_idx).
-      SELECT 11, 'ready', format('ready: position %s in queue %s', pos.n + 1, a.queue),
+      SELECT 13, 'ready', format('ready: position %s in queue %s', pos.n + 1, a.queue),
              jsonb_build_object('queue', a.queue, 'position', pos.n + 1)
       FROM active a
       CROSS JOIN LATERAL (SELECT count(*) AS n FROM pgq.jobs o
@@ -646,8 +682,8 @@ ORDER BY b.ord
 $fn$;
 COMMENT ON FUNCTION pgq.explain(bigint) IS
     'Why job p_job_id is not running now: one row per reason (finished, running, scheduled, '
-    'sequence_held, waiting_for_parents, queue_paused, concurrency_limit_full, rate_limit_full, no_live_worker, '
-    'unknown_kind) with its facts, or ready with its position in the queue; no row: no such job.';
+    'sequence_held, waiting_for_parents, queue_paused, concurrency_limit_full, rate_limit_full, '
+    'group_concurrency_limit_full, group_rate_limit_full, no_live_worker, unknown_kind) with its facts, or ready with its position in the queue; no row: no such job.';
 
 -- The replaced functions' EXECUTE grants go to their successors (the roles script grants the new
 -- signatures from now on). No role gets a write on pgq.sequence_tails nor INSERT (sequence_key) on

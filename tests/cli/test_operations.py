@@ -81,6 +81,10 @@ def test_jobs_retry_cancel_delete_by_filters_with_dry_run_and_progress(cli: CLI,
     assert [r["id"] for r in db("SELECT id FROM pgq.jobs")] == [miss]
     assert [r["action"] for r in db("SELECT action FROM pgq.job_audit ORDER BY id")] == [
         "retry", "retry", "cancel", "delete"]
+    # Safe to re-run: nothing is left, and nothing is recorded.
+    again = cli("jobs", "delete", "--status", "cancelled", "--after", "2000-01-01", *dsn)
+    assert (again.code, again.out.strip()) == (0, "0 jobs deleted: none matched; nothing recorded")
+    assert db("SELECT count(*) AS n FROM pgq.job_audit") == [{"n": 4}]
 
 
 def test_bulk_commands_refuse_bad_input_and_write_nothing(cli: CLI, pgq_dsn: str, pgq_queue: Queue,

@@ -105,6 +105,7 @@ def reader_code(dsn: str) -> dict[str, dict[str, Any]]:
         "docs/integrations.md": {"dsn": as_url(dsn)},
         "docs/tracing.md": {"dsn": dsn},
         "docs/fairness.md": {"DSN": dsn},
+        "docs/operations.md": {"dsn": dsn},
     }
 
 

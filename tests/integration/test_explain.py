@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import re
+from pathlib import Path
 
 import pytest
 
 from pgq import AsyncQueue, InvalidJob, NotFound, Queue
+from pgq.insight import REASONS
 
 from .conftest import SQL
 
@@ -71,6 +74,49 @@ def test_full_rate_window_says_until_when(pgq_queue: Queue, db: SQL) -> None:
     # Room again once the oldest start leaves the hour.
     assert (facts["max_starts"], facts["starts"]) == (2, 2)
     assert dt.datetime.fromisoformat(facts["until"]) == starts[0] + dt.timedelta(hours=1)
+
+
+def test_full_group_concurrency_limit_names_its_group_and_the_jobs_holding_it(pgq_queue: Queue, db: SQL) -> None:
+    register(db)
+    pgq_queue.set_group_limits("k", concurrency=1)
+    holder = pgq_queue.enqueue("k", queue="q", group_key="acct-1")
+    held = pgq_queue.enqueue("k", queue="q", group_key="acct-1")
+    [claim] = pgq_queue.claim(worker="w", queues=["q"], limit=5)
+    assert claim.id == holder
+    other_group = pgq_queue.enqueue("k", queue="q", group_key="acct-2")
+    ungrouped = pgq_queue.enqueue("k", queue="q")  # group limits do not apply to it
+    e = pgq_queue.explain(held)
+    assert e.codes == ("group_concurrency_limit_full",)
+    assert e.reasons[0].facts == {"kind": "k", "group_key": "acct-1", "max_running": 1, "running": 1,
+                                  "holders": [holder]}
+    assert [pgq_queue.explain(i).codes for i in (other_group, ungrouped)] == [("ready",), ("ready",)]
+    # The claim agrees: it takes the other two and leaves the held job.
+    assert sorted(c.id for c in pgq_queue.claim(worker="w", queues=["q"], limit=5)) == [other_group, ungrouped]
+    pgq_queue.complete(claim)
+    assert pgq_queue.explain(held).codes == ("ready",)
+    assert [c.id for c in pgq_queue.claim(worker="w", queues=["q"], limit=5)] == [held]
+
+
+def test_full_group_rate_window_says_which_group_and_until_when(pgq_queue: Queue, db: SQL) -> None:
+    register(db)
+    pgq_queue.set_group_limits("k", rate="2/h")
+    for _ in range(2):
+        pgq_queue.enqueue("k", queue="q", group_key="acct-1")
+        assert len(pgq_queue.claim(worker="w", queues=["q"])) == 1
+    held = pgq_queue.enqueue("k", queue="q", group_key="acct-1")
+    assert pgq_queue.claim(worker="w", queues=["q"]) == []
+    e = pgq_queue.explain(held)
+    assert e.codes == ("group_rate_limit_full",)
+    starts = [r["at"] for r in db("SELECT at FROM pgq.group_rate_starts WHERE kind = 'k' AND group_key = 'acct-1' "
+                                  "ORDER BY at")]
+    assert len(starts) == 2
+    facts = e.reasons[0].facts
+    assert (facts["group_key"], facts["max_starts"], facts["per_s"], facts["starts"]) == ("acct-1", 2, 3600, 2)
+    # Room again once the oldest start leaves the hour.
+    assert dt.datetime.fromisoformat(facts["until"]) == starts[0] + dt.timedelta(hours=1)
+    other_group = pgq_queue.enqueue("k", queue="q", group_key="acct-2")
+    assert pgq_queue.explain(other_group).codes == ("ready",)
+    assert [c.id for c in pgq_queue.claim(worker="w", queues=["q"])] == [other_group]
 
 
 def test_waiting_job_names_its_unfinished_parents(pgq_queue: Queue, db: SQL) -> None:
@@ -157,3 +203,12 @@ def test_async_explain_and_workers(pgq_dsn: str, db: SQL) -> None:
             return (await q.explain(job_id)).codes, [w.claimed_by for w in await q.workers()]
 
     assert asyncio.run(read()) == (("ready",), ["async-w"])
+
+
+def test_every_reason_code_of_the_function_is_known_and_documented(db: SQL) -> None:
+    [row] = db("SELECT pg_get_functiondef('pgq.explain(bigint)'::regprocedure) AS body")
+    branches = re.findall(r"SELECT (\d+)(?: AS ord)?, '(\w+)'", row["body"])
+    assert tuple(code for _, code in sorted(branches, key=lambda b: int(b[0]))) == REASONS
+    page = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    section = page.split("## Why is this job not running?", 1)[1].split("\n## ", 1)[0]
+    assert tuple(re.findall(r"^\| `(\w+)` \|", section, flags=re.M)) == REASONS

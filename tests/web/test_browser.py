@@ -339,3 +339,55 @@ def test_bulk_selection_and_apply_to_all_matching(page: Any, pgq_queue: Queue, d
     expect(page.locator(".bulk-result")).to_contain_text("4 jobs retried")
     assert db("SELECT count(*) AS n FROM pgq.jobs WHERE status = 'queued'") == [{"n": 6}]
     assert [r["actor"] for r in db("SELECT actor FROM pgq.job_audit ORDER BY id")] == [f"dashboard:{USER}"] * 2
+
+
+def test_dead_letter_group_retry_takes_that_group_only(page: Any, pgq_queue: Queue, db: SQL) -> None:
+    def fail(n: int, error: str) -> list[int]:
+        ids = [pgq_queue.enqueue("send_mail", queue="mail", max_attempts=1) for _ in range(n)]
+        for claim in pgq_queue.claim(worker="w", queues=["mail"], limit=n):
+            pgq_queue.fail(claim, error)
+        return ids
+
+    short = fail(3, "TimeoutError: smtp\nTraceback (most recent call last): ...")
+    longer = fail(2, "TimeoutError: smtp relay down")
+    page.goto("/jobs?status=failed")
+    groups = page.locator("#dead-letters tbody tr")
+    expect(groups).to_have_count(2)
+    expect(groups.nth(0)).to_contain_text("TimeoutError: smtp")
+    groups.nth(0).locator("text=Retry all in this group").click()
+    expect(page.locator("#bulk-count")).to_have_text("3")  # not the 5 errors containing its text
+    expect(page.locator("#bulk")).to_contain_text("Error's first line")
+    page.screenshot(path=str(artifacts() / "dead-letter-group-confirm.png"), full_page=True)
+    page.click("#bulk a.btn-quiet")  # Back: the list of that group
+    expect(page.locator("#error-line-filter")).to_contain_text("TimeoutError: smtp")
+    expect(page.locator("#jobs tbody tr")).to_have_count(3)
+    page.screenshot(path=str(artifacts() / "dead-letter-group-list.png"), full_page=True)
+    page.click("#retry-all")
+    page.click("#bulk-apply button")
+    expect(page.locator(".bulk-result")).to_contain_text("3 jobs retried")
+    queued = {r["id"] for r in db("SELECT id FROM pgq.jobs WHERE status = 'queued'")}
+    assert queued == set(short) and not queued & set(longer)
+
+
+def test_explain_panel_names_a_full_group_limit_and_the_sequence_holder(page: Any, pgq_queue: Queue,
+                                                                         db: SQL) -> None:
+    db("SELECT * FROM pgq.worker_register('host-1', 'box', 1, NULL, '{export,sync}', 4, 30, 15, '0.2.0')")
+    pgq_queue.set_group_limits("export", concurrency=1)
+    holder = pgq_queue.enqueue("export", queue="reports", group_key="acct:42")
+    held = pgq_queue.enqueue("export", queue="reports", group_key="acct:42")
+    first = pgq_queue.enqueue("sync", queue="reports", sequence_key="acct:42", max_attempts=1)
+    second = pgq_queue.enqueue("sync", queue="reports", sequence_key="acct:42")
+    claims = {c.id: c for c in pgq_queue.claim(worker="host-1", queues=["reports"], limit=10)}
+    assert set(claims) == {holder, first}
+    pgq_queue.fail(claims[first], "ValueError: bad account")
+
+    page.goto(f"/jobs/{held}")
+    reason = page.locator('#explain [data-reason="group_concurrency_limit_full"]')
+    expect(reason).to_contain_text("full for group acct:42: 1 of 1 running")
+    page.screenshot(path=str(artifacts() / "explain-group-limit.png"), full_page=True)
+    page.goto(f"/jobs/{second}")
+    reason = page.locator('#explain [data-reason="sequence_held"]')
+    expect(reason).to_contain_text(f"held by job {first}")
+    page.screenshot(path=str(artifacts() / "explain-sequence-held.png"), full_page=True)
+    reason.locator(f'a[href$="/jobs/{first}"]').click()
+    expect(page.locator('#explain [data-reason="finished"]')).to_contain_text("ValueError: bad account")

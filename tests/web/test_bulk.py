@@ -4,6 +4,7 @@ a confirmation that shows the count, the audit's actor, the security model (CSRF
 
 from __future__ import annotations
 
+import html
 import re
 
 import pytest
@@ -140,6 +141,38 @@ def test_failed_filter_groups_dead_letters_and_retries_one_group(dashboard: Clie
     confirm = client.get(groups[0][2].replace("&amp;", "&"))
     assert re.search(r'id="bulk-count">3<', confirm.text), confirm.text
     hidden = dict(re.findall(r'<input type="hidden" name="([a-z_]+)" value="([^"]*)"', confirm.text))
-    assert client.post("/jobs/bulk", data=hidden).status_code == 200
+    assert client.post("/jobs/bulk", data={k: html.unescape(v) for k, v in hidden.items()}).status_code == 200
     assert _statuses(db) == {**dict.fromkeys(timeouts, "queued"), refused[0]: "failed"}
     assert "No job failed for good" not in client.get("/jobs", params={"status": "failed"}).text
+
+
+def test_retry_all_in_a_group_takes_that_group_only(dashboard: Client, pgq_queue: Queue, db: SQL) -> None:
+    # One group's first line is the start of another's, and a third has no first line: the group's
+    # retry must take exactly the jobs the group counts, not every error containing its text.
+    short = _failed(pgq_queue, 3, {"tenant": 1}, "TimeoutError: smtp\nTraceback ...")
+    longer = _failed(pgq_queue, 2, {"tenant": 1}, "TimeoutError: smtp relay down")
+    blank = _failed(pgq_queue, 1, {"tenant": 1}, "\nonly a second line")
+    client = dashboard()
+    page = client.get("/jobs", params={"status": "failed"}).text
+    links = dict(re.findall(r'<tr data-group-kind="mail">.*?title="([^"]*)".*?'
+                            r'href="([^"]+)">Retry all in this group', page, flags=re.S))
+    assert set(links) == {"TimeoutError: smtp", "TimeoutError: smtp relay down", ""}
+    for error, ids, n_before in (("TimeoutError: smtp", short, 3), ("", blank, 1)):
+        confirm = client.get(html.unescape(links[error]))
+        assert re.search(rf'id="bulk-count">{n_before}<', confirm.text), confirm.text
+        hidden = dict(re.findall(r'<input type="hidden" name="([a-z_]+)" value="([^"]*)"', confirm.text))
+        done = client.post("/jobs/bulk", data={k: html.unescape(v) for k, v in hidden.items()})
+        assert done.status_code == 200 and f'data-changed="{n_before}"' in done.text, done.text
+        assert {_statuses(db)[i] for i in ids} == {"queued"}
+    assert {_statuses(db)[i] for i in longer} == {"failed"}
+    # The jobs list takes the group's filter too, and says so.
+    listed = client.get("/jobs", params={"status": "failed", "error_line": '"TimeoutError: smtp relay down"'}).text
+    assert sorted(int(i) for i in re.findall(r'<tr data-job-id="(\d+)"', listed)) == sorted(longer)
+    assert "first line of the error is" in listed
+
+
+@pytest.mark.parametrize("bad", ["nope", "7", '["x"]', '"a\\nb"', '"a\\u0000"', '"' + "x" * 201 + '"'])
+def test_a_bad_error_line_filter_is_a_400(dashboard: Client, bad: str) -> None:
+    client = dashboard()
+    assert client.get("/jobs", params={"error_line": bad}).status_code == 400
+    assert client.get("/jobs/bulk", params={"action": "retry", "error_line": bad}).status_code == 400
