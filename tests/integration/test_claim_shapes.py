@@ -213,7 +213,18 @@ def test_a_claim_passes_over_rows_another_claim_holds_and_keeps_order_once_it_ro
                              own_transaction=True)
         assert [c.id for c in held] == ids[:20]
         assert [c.id for c in _claim(pgq_dsn, ["q"], limit=5)] == ids[20:25]  # nothing waits for the holder
+        (holder_xid,) = holder.execute("SELECT pg_current_xact_id()::text::bigint").fetchone() or (None,)
         holder.rollback()
+    # Its rows stop being busy once every snapshot's xmin has passed the holder: the xmin is the
+    # cluster's, so a transaction of another database (a test running beside this one) holds it back.
+    with psycopg.connect(pgq_dsn, autocommit=True) as conn:
+        for _ in range(500):
+            row = conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint").fetchone()
+            if row is not None and holder_xid is not None and row[0] > holder_xid:
+                break
+            time.sleep(0.02)
+        else:
+            pytest.fail("another transaction of this cluster stayed open for 10 s")
     assert [c.id for c in _claim(pgq_dsn, ["q"], limit=5)] == ids[:5]
     assert [c.id for c in _claim(pgq_dsn, ["q"], limit=5)] == ids[5:10]
     rest = _claim(pgq_dsn, ["q"], limit=100)
