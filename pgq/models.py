@@ -80,8 +80,7 @@ class Job:
     claiming apply per group key. None: no group."""
     sequence_key: str | None = None
     """The job's sequence (`enqueue(sequence_key=...)`, a task's `sequence_by`, revision 0017): jobs
-    with the same key in a queue run one at a time, in enqueue order. None: none, and always None in
-    a Claim (the claim does not read it)."""
+    with the same key in a queue run one at a time, in enqueue order. None: none."""
 
     @property
     def error(self) -> str | None:
@@ -111,7 +110,6 @@ class Job:
         values["status"] = JobStatus(values["status"])
         token = values.get("lease_token")
         values["lease_token"] = None if token is None else str(token)
-        values.setdefault("sequence_key", None)  # the claim's rows carry none (see from_tuple)
         return cls(**{name: values[name] for name in cls.__slots__})
 
     @classmethod
@@ -122,10 +120,10 @@ class Job:
 
         Fills the slots directly, one named setter per field: a frozen dataclass's __init__ sets
         each field through object.__setattr__, three times as slow for twenty fields, and a loop
-        over the setters twice as slow as these twenty calls."""
+        over the setters twice as slow as these calls."""
         (id_, queue, kind, payload, priority, status, run_at, attempts, max_attempts, dedupe_key, lease_token,
          lease_expires_at, claimed_by, last_error, result, input_watermark, done_watermark, created_at,
-         started_at, finished_at, progress, group_key) = row
+         started_at, finished_at, progress, group_key, sequence_key) = row
         job = object.__new__(cls)
         _SET_JOB_ID(job, id_)
         _SET_JOB_QUEUE(job, queue)
@@ -149,7 +147,7 @@ class Job:
         _SET_JOB_FINISHED_AT(job, finished_at)
         _SET_JOB_PROGRESS(job, progress)
         _SET_JOB_GROUP_KEY(job, group_key)
-        _SET_JOB_SEQUENCE_KEY(job, None)
+        _SET_JOB_SEQUENCE_KEY(job, sequence_key)
         return job
 
 

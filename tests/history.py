@@ -30,6 +30,9 @@ when all hold):
 - per-group rate limits: no group of a kind with a group rate limit (as pgq.group_limits holds it at
   the check) started more than max_starts jobs in any window of per_s seconds (by the claims'
   started_at, the time the claim counts starts at);
+- sequences: the jobs of one (queue, sequence key) ran strictly in id order (enqueue order), never
+  overlapping: no attempt of a job was claimed before the key's previous job had finished for the
+  last time (each claim's clock time after that finish's), and none while that job had not finished;
 - watermarks never went backwards (per key, and per job input and done watermarks);
 - side effects, when the run has an `effects` table (tests/worker/conftest.py): at most one per
   attempt, each by a claimed attempt of its job, and one by each succeeded attempt.
@@ -73,6 +76,7 @@ CREATE TABLE history (
     running_of_kind integer,    -- a claim of a limited kind: its running jobs once this claim ran
     kind_limit     integer,
     group_key      text,
+    sequence_key   text,        -- an enqueue: the job's sequence key
     started_at     timestamptz, -- a claim: the job's started_at (the time the claim counts starts at)
     running_of_group integer,   -- a claim of a kind with a group concurrency limit: its group's running jobs
     group_limit    integer,
@@ -82,8 +86,10 @@ CREATE TABLE history (
 
 CREATE FUNCTION history_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO public.history (event, job_id, queue, kind, dedupe_key, new_status, new_attempts, input_wm)
-    SELECT 'enqueue', n.id, n.queue, n.kind, n.dedupe_key, n.status::text, n.attempts, n.input_watermark
+    INSERT INTO public.history (event, job_id, queue, kind, dedupe_key, new_status, new_attempts, input_wm,
+                                sequence_key)
+    SELECT 'enqueue', n.id, n.queue, n.kind, n.dedupe_key, n.status::text, n.attempts, n.input_watermark,
+           n.sequence_key
     FROM new_rows n;
     RETURN NULL;
 END $$;
@@ -197,6 +203,7 @@ def check(conn: psycopg.Connection[Any], *, effects: bool = True, allow_retry_of
     _check_dedupe(by_job, report)
     _check_limits(rows, report)
     _check_group_rates(cur, rows, report)
+    _check_sequences(by_job, report)
     _check_watermarks(cur, by_job, report)
     if effects and cur.execute("SELECT to_regclass('effects') IS NOT NULL AS e").fetchone()["e"]:  # type: ignore[index]
         _check_effects(cur, succeeded_tokens, claimed, report)
@@ -312,6 +319,24 @@ def _check_group_rates(cur: psycopg.Cursor[dict[str, Any]], rows: list[dict[str,
                 first += 1
             if last - first + 1 > most:
                 report.add("a group rate limit was exceeded", (kind, group, at, last - first + 1, most))
+
+
+def _check_sequences(by_job: dict[int, list[dict[str, Any]]], report: Report) -> None:
+    keys: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for job_id, events in by_job.items():
+        if events[0]["event"] == "enqueue" and events[0]["sequence_key"] is not None:
+            keys[(events[0]["queue"], events[0]["sequence_key"])].append(job_id)
+    report.counts["sequenced jobs"] = sum(len(ids) for ids in keys.values())
+    for key, ids in keys.items():
+        ids.sort()
+        for prev, job in itertools.pairwise(ids):
+            finishes = [e["at"] for e in by_job[prev] if e["new_status"] in FINISHED and e["event"] != "purge"]
+            claims = [e["at"] for e in by_job[job] if e["event"] == "claim"]
+            if claims and not finishes:
+                report.add("a sequence's job ran before the job ahead of it finished", (key, prev, job, None))
+            elif claims and min(claims) <= max(finishes):
+                report.add("a sequence's job ran before the job ahead of it finished",
+                           (key, prev, job, min(claims), max(finishes)))
 
 
 def _check_watermarks(cur: psycopg.Cursor[dict[str, Any]], by_job: dict[int, list[dict[str, Any]]],

@@ -11,6 +11,11 @@ with the pytest fixtures they name.
 
 A block that cannot run here says so with `<!-- not-run: reason -->` on the line before it; the
 list of such blocks is pinned in NOT_RUN, so none is skipped silently.
+
+On the pages of SQL_PAGES, the ```sql blocks run too, in page order between the python blocks, each
+in one autocommit session on the test database (the jobs they enqueue are run by the page's workers
+and checked like the others). The other pages' sql blocks are psql snippets about jobs of the
+reader's own (`pgq.explain(4242)`) or psql commands, not run.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import pgq
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-FENCE = re.compile(r"^```python\n(.*?)^```\s*$", re.S | re.M)
+FENCE = re.compile(r"^```(python|sql)\n(.*?)^```\s*$", re.S | re.M)
 MARKER = re.compile(r"<!--\s*not-run:\s*(.*?)\s*-->")
 MODULE_LINE = re.compile(r"#\s*([A-Za-z_][\w/]*)\.py\s*$")
 
@@ -45,28 +50,36 @@ NOT_RUN = [
     ("docs/operations.md", "needs a PgBouncer at pgbouncer:6432; tests/pgbouncer runs these settings"),
 ]
 
+# Pages whose ```sql blocks run as well (see the module docstring).
+SQL_PAGES = {"docs/fairness.md"}
+
 
 @dataclass(frozen=True)
 class Block:
-    """One ```python block: its page (relative to the repository), first line of code, code, and the
-    reason given by a `<!-- not-run: ... -->` marker right before it (None: it runs)."""
+    """One ```python (or ```sql) block: its page (relative to the repository), first line of code,
+    code, the reason given by a `<!-- not-run: ... -->` marker right before it (None: it runs), and
+    its language."""
 
     page: str
     line: int
     code: str
     not_run: str | None
+    lang: str = "python"
 
 
 def blocks_of(path: Path, root: Path = ROOT) -> list[Block]:
-    """The python blocks of a markdown page, in order (`page` relative to `root`)."""
+    """The python blocks of a markdown page, and its sql blocks if it is one of SQL_PAGES, in page
+    order (`page` relative to `root`)."""
     text = path.read_text()
+    page = str(path.relative_to(root))
     found = []
     for match in FENCE.finditer(text):
+        if match.group(1) == "sql" and page not in SQL_PAGES:
+            continue
         before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1]
         marker = MARKER.fullmatch(before.strip())
         line = text.count("\n", 0, match.start()) + 2
-        found.append(Block(str(path.relative_to(root)), line, match.group(1),
-                           marker.group(1) if marker else None))
+        found.append(Block(page, line, match.group(2), marker.group(1) if marker else None, match.group(1)))
     return found
 
 
@@ -243,7 +256,10 @@ def test_page_code_blocks_run(page: str, pgq_dsn: str, request: pytest.FixtureRe
             first = block.code.split("\n", 1)[0]
             module = MODULE_LINE.fullmatch(first.strip())
             try:
-                if module:
+                if block.lang == "sql":
+                    with psycopg.connect(pgq_dsn, autocommit=True) as conn:
+                        conn.execute(block.code.encode())  # bytes: the page's text, as psql sends it
+                elif module:
                     module_ns = run_as_module(module.group(1).replace("/", "."), block.code, where, monkeypatch)
                     ns.update({k: v for k, v in module_ns.items() if not k.startswith("__")})
                     namespaces.append(module_ns)
@@ -251,7 +267,7 @@ def test_page_code_blocks_run(page: str, pgq_dsn: str, request: pytest.FixtureRe
                     exec(compile(block.code, where, "exec"), ns)
                 call_tests(ns, request, tests_run)
             except Exception as exc:
-                raise AssertionError(f"the python block at {where} fails: {exc!r}") from exc
+                raise AssertionError(f"the {block.lang} block at {where} fails: {exc!r}") from exc
             workers.follow(namespaces)
         kinds = workers.kinds()
         if kinds:
@@ -269,3 +285,9 @@ def test_not_run_marker_applies_to_the_next_block_only(tmp_path: Path) -> None:
     page.write_text("a\n\n<!-- not-run: forever -->\n```python\nwhile True: pass\n```\n\n```python\nx = 1\n```\n")
     found = blocks_of(page, root=tmp_path)
     assert [(b.not_run, b.code) for b in found] == [("forever", "while True: pass\n"), (None, "x = 1\n")]
+
+
+def test_the_sql_blocks_of_the_sql_pages_are_found() -> None:
+    for page in SQL_PAGES:
+        assert any(b.lang == "sql" for b in PAGE_BLOCKS[page]), page
+    assert all(b.lang == "python" for page, blocks in PAGE_BLOCKS.items() if page not in SQL_PAGES for b in blocks)

@@ -36,9 +36,10 @@ def test_claimed_jobs_equal_the_rows_read_back(pgq_queue: Queue, queues: list[st
     # as a tuple (Job.from_tuple), and must give the Job that reading the row back gives.
     pgq_queue.enqueue("a", {"n": [1, {"x": None}]}, queue="q1", priority=-2, dedupe_key="key-a", watermark=4,
                       max_attempts=3)
-    pgq_queue.enqueue("b", "text", queue="q1")
+    pgq_queue.enqueue("b", "text", queue="q1", group_key="g", sequence_key="s")
     claims = pgq_queue.claim(worker="host-2", queues=queues, limit=5, lease=30)
     assert [c.job.kind for c in claims] == ["a", "b"]
+    assert (claims[1].job.group_key, claims[1].job.sequence_key) == ("g", "s")
     for c in claims:
         assert c.job == pgq_queue.get(c.job.id)
         assert c.token == c.job.lease_token and c.lease == dt.timedelta(seconds=30)

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import threading
 
+import psycopg
 import pytest
 
 from pgq import InvalidJob, JobSpec, JobStatus, Queue
 
+from .. import history
 from .conftest import SQL
 
 
@@ -42,6 +44,8 @@ def test_jobs_of_one_key_run_one_at_a_time_in_enqueue_order(pgq_queue: Queue, db
         assert len([x for x in claims if x.id in (a, b, c)]) == 1  # never two of one key at once
         for claim in claims:
             seen.append(claim.id)
+            # The claim returns the job's key (a handler's pgq.current_job() has it).
+            assert claim.job.sequence_key == ("acct-2" if claim.id == other else "acct-1")
             pgq_queue.complete(claim)
     assert [i for i in seen if i != other] == [a, b, c]
     # A key whose jobs all finished starts again at once.
@@ -180,3 +184,40 @@ def test_a_purge_keeps_a_failed_job_that_holds_its_sequence(pgq_queue: Queue, db
     assert claim.id == b
     pgq_queue.fail(claim, "boom")  # the key's tail, with no job behind it: nothing to hold
     assert pgq_queue.purge(0) == 1
+    # Once it is gone, nothing holds the key (docs/fairness.md): its next job is ready at once, and
+    # a plain job's claim carries no key.
+    d = pgq_queue.enqueue("k", sequence_key="s")
+    plain = pgq_queue.enqueue("other")
+    assert pgq_queue.get(d).status is JobStatus.QUEUED
+    assert {c.id: c.job.sequence_key for c in pgq_queue.claim(worker="w", limit=10)} == {d: "s", plain: None}
+
+
+def test_the_history_checker_finds_a_sequence_run_out_of_order(pgq_dsn: str, pgq_queue: Queue, db: SQL) -> None:
+    with psycopg.connect(pgq_dsn, autocommit=True) as conn:
+        history.install(conn)
+    pgq_queue.enqueue_many([JobSpec("k", sequence_key=key) for key in ("s", "s", "t", "t")])
+    for _ in range(2):  # in order: each key's first job, then its second
+        for claim in pgq_queue.claim(worker="w", limit=10):
+            pgq_queue.complete(claim)
+    with psycopg.connect(pgq_dsn, autocommit=True) as conn:
+        report = history.check(conn, effects=False)
+    assert report.violations == {} and report.counts["sequenced jobs"] == 4
+    e, f = pgq_queue.enqueue_many([JobSpec("k", sequence_key="s"), JobSpec("k", sequence_key="s")])
+    # A claim that ignored the sequence (an UPDATE as the owner, as a broken release would do): f
+    # runs while e, ahead of it, has not even started.
+    db("UPDATE pgq.jobs SET status = 'running', lease_token = gen_random_uuid(), attempts = 1, "
+       "lease_expires_at = now() + interval '1 minute', started_at = clock_timestamp() WHERE id = %s", [f])
+    with psycopg.connect(pgq_dsn, autocommit=True) as conn:
+        report = history.check(conn, effects=False)
+    assert set(report.violations) == {"a sequence's job ran before the job ahead of it finished"}
+    assert report.violations["a sequence's job ran before the job ahead of it finished"] == [
+        (("default", "s"), e, f, None)]
+    # And once e ran after f started: still out of order.
+    (claim,) = pgq_queue.claim(worker="w")
+    assert claim.id == e
+    pgq_queue.complete(claim)
+    with psycopg.connect(pgq_dsn, autocommit=True) as conn:
+        report = history.check(conn, effects=False)
+    [(key, prev, job, claimed, finished)] = report.violations[
+        "a sequence's job ran before the job ahead of it finished"]
+    assert (key, prev, job) == (("default", "s"), e, f) and claimed < finished

@@ -1,11 +1,12 @@
 """Uniqueness variants of a dedupe key (revision 0018) on real PostgreSQL: unique_for dedupes against
 recent (and purged) finishes, replace and debounce rewrite a job not started yet and queue a new one
-behind a running job, bad input writes nothing, and concurrent producers end with exactly one pending
-job per key carrying the last committed payload."""
+behind a running job, bad input writes nothing, and concurrent producers (threads, and processes)
+end with exactly the expected jobs per key, carrying the last committed payload."""
 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import threading
 import time
 
@@ -14,6 +15,7 @@ import pytest
 
 from pgq import InvalidJob, JobSpec, JobStatus, Queue
 
+from .. import producers
 from .conftest import SQL
 
 HOUR = dt.timedelta(hours=1)
@@ -237,3 +239,59 @@ def test_a_batch_of_many_keys_takes_a_bounded_number_of_locks(pgq_dsn: str, pgq_
     assert len(set(ids)) == 3000
     assert held is not None and 0 < held <= 256, held
     assert pgq_queue.enqueue_many(specs[:10]) == ids[:10]  # and they dedupe
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("options", [{"unique_for": 3600.0}, {"on_conflict": "replace"}, {"debounce": 30.0}])
+def test_producer_processes_leave_exactly_the_expected_jobs_with_the_last_committed_payload(
+        pgq_dsn: str, pgq_queue: Queue, db: SQL, options: dict[str, object]) -> None:
+    """Four producer processes (tests/producers.py) race on four keys: one with a running job, one
+    with a job finished a moment ago, two new. Each producer's enqueue writes a row of `produced` in
+    its own transaction, numbered in commit order per key (the key's lock is held until commit).
+    Afterwards each key has exactly the jobs the variant allows, every producer got their ids, and a
+    job a producer may write carries the payload of the key's first (unique_for) or last (replace,
+    debounce) committed enqueue."""
+    db("CREATE TABLE produced (id bigserial PRIMARY KEY, key text NOT NULL, payload jsonb NOT NULL, "
+       "job_id bigint NOT NULL)")
+    running = pgq_queue.enqueue("k", {"before": "running"}, dedupe_key="running")
+    done = pgq_queue.enqueue("k", {"before": "done"}, dedupe_key="done")
+    claims = {c.id: c for c in pgq_queue.claim(worker="w", limit=10)}
+    pgq_queue.complete(claims[done])
+    keys = ["running", "done", "new1", "new2"]
+    rounds = 25
+    producers.finish(producers.start(pgq_dsn, "unique", [
+        {"kind": "k", "keys": keys, "rounds": rounds, "options": options, "finale_after": 4.0}] * 4))
+
+    assert db("SELECT count(*) AS n FROM produced") == [{"n": 4 * rounds * len(keys)}]
+    for key in keys:  # the race was real: the producers' enqueues of each key interleaved
+        order = [r["p"] for r in db("SELECT payload->>'p' AS p FROM produced WHERE key = %s ORDER BY id", [key])]
+        assert sum(a != b for a, b in itertools.pairwise(order)) >= rounds, (key, order)
+    jobs = {key: db("SELECT id, status::text AS status, payload, run_at > now() + interval '20 s' AS pushed "
+                    "FROM pgq.jobs WHERE dedupe_key = %s ORDER BY id", [key]) for key in keys}
+    returned = {key: {r["job_id"] for r in db("SELECT DISTINCT job_id FROM produced WHERE key = %s", [key])}
+                for key in keys}
+    first, last = ({key: db(f"SELECT payload FROM produced WHERE key = %s ORDER BY id {order} LIMIT 1",
+                            [key])[0]["payload"] for key in keys} for order in ("ASC", "DESC"))
+    if "unique_for" in options:
+        # Nothing new for the running and the recently finished key; one job for each new key, with
+        # the payload its first committed producer gave.
+        assert [(r["id"], r["status"]) for r in jobs["running"]] == [(running, "running")]
+        assert [(r["id"], r["status"]) for r in jobs["done"]] == [(done, "succeeded")]
+        assert returned["running"] == {running} and returned["done"] == {done}
+        for key in ("new1", "new2"):
+            [job] = jobs[key]
+            assert returned[key] == {job["id"]} and (job["status"], job["payload"]) == ("queued", first[key])
+        return
+    # replace, debounce: the running job untouched, one job behind it; one new job after the finished
+    # one; one job for each new key; each new job with the last committed payload.
+    [before, behind] = jobs["running"]
+    assert (before["id"], before["status"], before["payload"]) == (running, "running", {"before": "running"})
+    assert behind["status"] == "waiting"
+    [finished, after] = jobs["done"]
+    assert (finished["id"], finished["status"]) == (done, "succeeded")
+    news = {"running": behind, "done": after, "new1": jobs["new1"][0], "new2": jobs["new2"][0]}
+    assert [len(jobs[k]) for k in ("new1", "new2")] == [1, 1]
+    for key, job in news.items():
+        assert returned[key] == {job["id"]}, key
+        assert job["payload"] == last[key], key
+        assert job["pushed"] is ("debounce" in options), key

@@ -695,23 +695,35 @@ def test_0016_adds_key_raises_and_its_downgrade_folds_them_and_restores_the_form
 
 def test_0017_adds_sequences_and_its_downgrade_refuses_while_jobs_wait_on_one(pgq_dsn: str) -> None:
     """Revision 0017 adds jobs.sequence_key, the sequence edges and pgq.sequence_tails, with new
-    signatures of pgq.enqueue and pgq.enqueue_after; its downgrade refuses while a job waits on its
-    sequence, and otherwise puts back the replaced functions verbatim, their grants carried both ways."""
+    signatures of pgq.enqueue and pgq.enqueue_after and the key in pgq.claim's result; its downgrade
+    refuses while a job waits on its sequence, and otherwise puts back the replaced functions verbatim,
+    their grants carried both ways."""
     objects = ("SELECT (SELECT count(*) FROM pg_attribute WHERE attrelid = 'pgq.jobs'::regclass "
                "        AND attname = 'sequence_key' AND NOT attisdropped),"
                "       (SELECT count(*) FROM pg_attribute WHERE attrelid = 'pgq.job_dependencies'::regclass "
                "        AND attname = 'sequence_hold' AND NOT attisdropped),"
                "       to_regclass('pgq.sequence_tails') IS NOT NULL,"
                "       (SELECT array_agg(pronargs ORDER BY proname) FROM pg_proc "
-               "        WHERE pronamespace = 'pgq'::regnamespace AND proname IN ('enqueue', 'enqueue_after'))")
+               "        WHERE pronamespace = 'pgq'::regnamespace AND proname IN ('enqueue', 'enqueue_after')),"
+               "       (SELECT 'sequence_key' = ANY(proargnames) FROM pg_proc "
+               "        WHERE pronamespace = 'pgq'::regnamespace AND proname = 'claim')")
     migrate.downgrade(pgq_dsn, "0017")  # revision 0018 changed pgq.enqueue's signature again
-    assert query(pgq_dsn, objects) == [(1, 1, True, [13, 13])]
+    assert query(pgq_dsn, objects) == [(1, 1, True, [13, 13], True)]
+    # 0017's claim is 0016's with the key in its result, and no other change (0016's body is edited
+    # in place while unreleased: 0017's copy must follow).
+    claim = query(pgq_dsn, "SELECT prosrc FROM pg_proc WHERE pronamespace = 'pgq'::regnamespace "
+                           "AND proname = 'claim'")[0][0]
+    assert claim.count(", j.sequence_key\n") == 1 and claim.count(", c.sequence_key\n") == 1
+    assert (claim.replace(", j.sequence_key\n", "\n").replace(", c.sequence_key\n", "\n")
+            in schema_file("0016_keyed_raises.up.sql"))
     query(pgq_dsn, "CREATE ROLE pgq_t_0017_granted")
     granted = ("SELECT has_function_privilege('pgq_t_0017_granted', p.oid, 'EXECUTE') FROM pg_proc p "
-               "WHERE p.pronamespace = 'pgq'::regnamespace AND p.proname = 'enqueue'")
+               "WHERE p.pronamespace = 'pgq'::regnamespace AND p.proname IN ('enqueue', 'claim') ORDER BY p.proname")
     try:
         query(pgq_dsn, "GRANT EXECUTE ON FUNCTION pgq.enqueue(text, jsonb, text, integer, timestamptz, text, "
                        "bigint, integer, bigint[], text, text, text, text) TO pgq_t_0017_granted")
+        query(pgq_dsn, "GRANT EXECUTE ON FUNCTION pgq.claim(text[], text[], integer, double precision, text) "
+                       "TO pgq_t_0017_granted")
         first = query(pgq_dsn, "SELECT pgq.enqueue('k', sequence_key => 's')")[0][0]
         second = query(pgq_dsn, "SELECT pgq.enqueue('k', sequence_key => 's')")[0][0]
         assert query(pgq_dsn, "SELECT status::text FROM pgq.jobs WHERE id IN (%s, %s) ORDER BY id", first, second
@@ -719,25 +731,27 @@ def test_0017_adds_sequences_and_its_downgrade_refuses_while_jobs_wait_on_one(pg
 
         with pytest.raises(psycopg.errors.ObjectInUse, match="1 jobs wait on their sequence"):
             migrate.downgrade(pgq_dsn, "0016")
-        assert query(pgq_dsn, objects) == [(1, 1, True, [13, 13])]  # nothing changed
+        assert query(pgq_dsn, objects) == [(1, 1, True, [13, 13], True)]  # nothing changed
 
         query(pgq_dsn, "SELECT pgq.cancel(%s)", second)
         migrate.downgrade(pgq_dsn, "0016")
 
-        assert query(pgq_dsn, objects) == [(0, 0, False, [11, 11])]
-        assert query(pgq_dsn, granted) == [(True,)]
+        assert query(pgq_dsn, objects) == [(0, 0, False, [11, 11], False)]
+        assert query(pgq_dsn, granted) == [(True,), (True,)]
         sources = {name: query(pgq_dsn, "SELECT prosrc FROM pg_proc WHERE pronamespace = 'pgq'::regnamespace "
                                         "AND proname = %s", name)[0][0]
-                   for name in ("enqueue", "enqueue_after", "release_children", "settle", "cancel", "explain")}
+                   for name in ("enqueue", "enqueue_after", "release_children", "settle", "cancel", "explain",
+                                "claim")}
         assert sources["enqueue"] in schema_file("0014_fairness.up.sql")
         assert sources["enqueue_after"] in schema_file("0014_fairness.up.sql")
         assert sources["release_children"] in schema_file("0012_producer_locks.up.sql")
         assert sources["cancel"] in schema_file("0012_producer_locks.up.sql")
         assert sources["settle"] in schema_file("0016_keyed_raises.up.sql")
         assert sources["explain"] in schema_file("0013_operations.up.sql")
+        assert sources["claim"] in schema_file("0016_keyed_raises.up.sql")
         migrate.upgrade(pgq_dsn, "0017")
-        assert query(pgq_dsn, objects) == [(1, 1, True, [13, 13])]
-        assert query(pgq_dsn, granted) == [(True,)]
+        assert query(pgq_dsn, objects) == [(1, 1, True, [13, 13], True)]
+        assert query(pgq_dsn, granted) == [(True,), (True,)]
     finally:
         query(pgq_dsn, "DROP OWNED BY pgq_t_0017_granted")
         query(pgq_dsn, "DROP ROLE pgq_t_0017_granted")

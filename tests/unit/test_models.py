@@ -104,10 +104,8 @@ def test_job_from_tuple_and_claims_from_tuples_fill_every_field_in_table_order()
     at = [dt.datetime(2026, 1, 1, second=s, tzinfo=dt.UTC) for s in range(5)]
     names = [f.name for f in dataclasses.fields(Job)]
     row = (7, "q", "k", {"a": [1]}, -3, "running", at[0], 2, 5, "key", "tok", at[1], "w-1", "boom", {"r": 1},
-           11, 9, at[2], at[3], at[4], {"step": 3}, "acct:1")
-    # Every field but sequence_key, which the claim does not read (None).
-    assert names[-1] == "sequence_key"
-    expected = dict(zip(names[:-1], row, strict=True), status=JobStatus.RUNNING, sequence_key=None)
+           11, 9, at[2], at[3], at[4], {"step": 3}, "acct:1", "seq:1")
+    expected = dict(zip(names, row, strict=True), status=JobStatus.RUNNING)
     job = Job.from_tuple(row)
     assert dataclasses.asdict(job) == expected
     assert job.status is JobStatus.RUNNING

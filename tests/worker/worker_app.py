@@ -217,3 +217,23 @@ if os.environ.get("PGQ_TEST_GROUPS") == "1":
     def grouped_paced(account: str, n: int, ms: float) -> dict[str, Any]:
         """`grouped` at most 3 starts per account in any half second."""
         return grouped.func(account, n, ms)
+
+
+# -- sequences (tests/worker/test_sequences.py) ------------------------------------------------------
+
+SEQUENCES = "sequences"
+"""The queue of the sequenced tasks: only the sequence tests' workers serve it."""
+
+
+@app.task(name="sequenced", queue=SEQUENCES, sequence_by="key",
+          retry=pgq.Backoff(initial=0.05, max_delay=0.05, min_delay=0.05, jitter=0))
+def sequenced(key: str, n: int, ms: float, fail_first: bool = False) -> dict[str, Any]:
+    """Work `ms` milliseconds; raise on the first attempt when `fail_first` (retried after 50 ms: the
+    rest of the key waits meanwhile); else record the side effect with the sequence key the claim
+    gave the job as its note, and return the lease token (as `chaos`)."""
+    job = pgq.current_job()
+    time.sleep(ms / 1000)
+    if fail_first and job.attempts == 1:
+        raise RuntimeError(f"sequenced {n} fails its first attempt")
+    record(n, f"seq:{job.sequence_key}")
+    return {"n": n, "token": str(job.lease_token)}
