@@ -175,6 +175,13 @@ async def run_worker_until(
     return worker
 
 
+def _sigint_default() -> None:
+    """In the child before it runs: SIGINT back to its default. A suite started from a shell that
+    ignores SIGINT (a background job: `cmd &`, nohup) hands the ignore down, and a worker rightly
+    leaves an ignored SIGINT alone; the tests start workers as a terminal would."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class WorkerProcess:
     """A worker in a child process (tests/worker/runner.py), its output in a log file."""
 
@@ -184,7 +191,7 @@ class WorkerProcess:
         child_env.update(env or {})
         self._log = open(log_path, "w")  # noqa: SIM115 - closed in wait()/kill()
         self.proc = subprocess.Popen([sys.executable, str(RUNNER), *args], env=child_env,
-                                     stdout=self._log, stderr=subprocess.STDOUT)
+                                     stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=_sigint_default)
 
     @property
     def pid(self) -> int:

@@ -874,6 +874,8 @@ def test_run_async_drains_every_worker_of_the_loop_and_leaves_a_signal_the_appli
     app = pgq.App(pgq_dsn)
     caplog.set_level(logging.INFO, logger="pgq.worker")
     mine: list[int] = []
+    # SIGINT as a terminal leaves it (a suite run as a background job inherits it ignored).
+    previous_sigint = signal.signal(signal.SIGINT, signal.default_int_handler)
     previous = signal.signal(signal.SIGTERM, lambda sig, _frame: mine.append(sig))  # the host application's
 
     async def main() -> None:
@@ -897,6 +899,7 @@ def test_run_async_drains_every_worker_of_the_loop_and_leaves_a_signal_the_appli
         assert mine == [signal.SIGTERM] and signal.getsignal(signal.SIGTERM) is not previous
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_sigint)
     assert any("SIGTERM is handled by the application" in r.getMessage() for r in caplog.records)
     assert sum("SIGINT received: draining" in r.getMessage() for r in caplog.records) == 2
 
