@@ -1,5 +1,5 @@
 -- dashboard_jobs: one window of the dashboard's job search: the jobs with `low` <= id < `high` that
--- match every filter given (status, queue, kind, `text` found in the dedupe key or the last error,
+-- match every filter given (status, queue, kind, `text` found in the kind, the dedupe key or the last error,
 -- ignoring case, and `payload`, JSON the payload contains (jsonb @>); NULL: no filter), newest
 -- (highest id) first, at most `limit`. `error_line`: the first line of the last error (its first 200
 -- characters, '' without error text) equals this, one dead-letter group of
@@ -24,6 +24,7 @@ WHERE j.id < %(high)s::bigint
   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
   AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
   AND (%(text)s::text IS NULL
+       OR strpos(lower(j.kind), lower(%(text)s::text)) > 0
        OR strpos(lower(j.dedupe_key), lower(%(text)s::text)) > 0
        OR strpos(lower(j.last_error), lower(%(text)s::text)) > 0)
   AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)

@@ -66,8 +66,8 @@ def _optional(params: Mapping[str, str], key: str, what: str) -> str | None:
 
 
 def job_filter(params: Mapping[str, str]) -> JobFilter:
-    """The search's filters from query parameters `status`, `queue`, `kind`, `q` (text in the dedupe
-    key or the error), `payload` (JSON the payload contains) and `error_line` (a dead-letter group's
+    """The search's filters from query parameters `status`, `queue`, `kind`, `q` (text in the kind,
+    the dedupe key or the error), `payload` (JSON the payload contains) and `error_line` (a dead-letter group's
     first line of error, as a JSON string); an absent or empty parameter filters nothing. The status
     must be one of pgq's (any case)."""
     status_text = _optional(params, "status", "status")

@@ -252,7 +252,7 @@ def _throughput(now: dt.datetime, rows: Sequence[Any], by_name: dict[str, QueueS
 
 @dataclass(frozen=True, slots=True)
 class JobFilter:
-    """The job search's filters; None: any. `text` is looked for in the dedupe key and the last error,
+    """The job search's filters; None: any. `text` is looked for in the kind, the dedupe key and the last error,
     ignoring case; `payload` is JSON text the payload must contain (jsonb `@>`); `error_line` is the
     first line of the last error, as a dead-letter group has it (failed_groups): equal."""
 

@@ -57,6 +57,7 @@ def test_job_list_filters_by_queue_kind_status_and_text(dashboard: Client, pgq_q
     assert ids("status=failed") == [c] == ids("status=FAILED")
     assert ids("q=order-1") == [a]  # in the dedupe key, ignoring case
     assert ids("q=bad%20pixel") == [c]  # in the error
+    assert ids("q=RESIZ") == [c]  # in the kind
     assert ids("q=%25") == []  # no LIKE wildcards
     assert ids("queue=mail&kind=send&status=queued") == [a]
     assert ids("queue=nope") == []
