@@ -389,19 +389,24 @@ def test_heartbeat_keeps_a_long_sync_job_alive_past_its_lease(pgq_dsn: str, db: 
     assert worker.stats["lost"] == 0
 
 
-def _cancel_while_running(pgq_dsn: str, outcome: list[str], **settings: Any) -> pgq.Worker:
+def _cancel_while_running(pgq_dsn: str, outcome: list[str], *, return_on_cancel: bool = False,
+                          **settings: Any) -> pgq.Worker:
     """Run a worker (`settings`) on an async job that sleeps `settings.pop("sleep")` seconds, cancel
     it once it started, then run one more job; return the worker. `outcome` gets "cancelled" if the
-    handler saw CancelledError."""
+    handler saw CancelledError. `return_on_cancel`: the handler returns as soon as the cancel has
+    committed (within `sleep`), so that the worker has had next to no time to hear of it."""
     app = pgq.App(pgq_dsn)
     started = threading.Event()
+    cancel_done = threading.Event()
     sleep = settings.pop("sleep")
 
     @app.task
     async def victim() -> str:
         started.set()
         try:
-            await asyncio.sleep(sleep)
+            deadline = time.monotonic() + sleep
+            while time.monotonic() < deadline and not (return_on_cancel and cancel_done.is_set()):
+                await asyncio.sleep(0.001 if return_on_cancel else deadline - time.monotonic())
         except asyncio.CancelledError:
             outcome.append("cancelled")
             raise
@@ -415,6 +420,7 @@ def _cancel_while_running(pgq_dsn: str, outcome: list[str], **settings: Any) -> 
         job_id = await victim.defer_async()
         await asyncio.to_thread(started.wait, 5)
         await queue.cancel(job_id)
+        cancel_done.set()
         await after.defer_async()
 
     worker = asyncio.run(run_worker_until(app, all_finished, before=before, **settings))
@@ -424,11 +430,13 @@ def _cancel_while_running(pgq_dsn: str, outcome: list[str], **settings: Any) -> 
 
 def test_a_refused_completion_is_a_lost_lease_logged_not_a_crash(pgq_dsn: str, db: DB,
                                                                  caplog: pytest.LogCaptureFixture) -> None:
-    # Without LISTEN and before its first lease check (every poll interval), the worker has not heard
-    # of the cancel when the handler returns: its completion is refused, and counted as a lost lease.
+    # Without LISTEN, and with the handler returning a moment after the cancel committed (its lease
+    # check comes every poll interval, whenever the job started), the worker has not heard of the
+    # cancel when the handler returns: its completion is refused, and counted as a lost lease.
     caplog.set_level(logging.WARNING, logger="pgq.worker")
     outcome: list[str] = []
-    worker = _cancel_while_running(pgq_dsn, outcome, sleep=0.5, listen=False, poll_interval=3)
+    worker = _cancel_while_running(pgq_dsn, outcome, return_on_cancel=True, sleep=5, listen=False,
+                                   poll_interval=3)
     assert outcome == []
     assert db.status_counts() == {"cancelled": 1, "succeeded": 1}
     assert (worker.stats["lost"], worker.stats["cancelled"]) == (1, 0)
