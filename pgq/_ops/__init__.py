@@ -33,7 +33,17 @@ from .admin import (
     set_rate_limit,
     wait_mark,
 )
-from .bulk import BULK_BATCH, BULK_IDS_MAX, BULK_STATUSES, ERROR_LINE_CHARS, BulkAction, JobFilter, bulk, bulk_ids
+from .bulk import (
+    BULK_BATCH,
+    BULK_IDS_MAX,
+    BULK_STATUSES,
+    ERROR_LINE_CHARS,
+    BulkAction,
+    JobFilter,
+    bulk,
+    bulk_ids,
+    is_error_line,
+)
 from .core import READ_ONLY_STATEMENTS, WRITING_STATEMENTS, Fetch, Operation, Steps, Stmt
 from .driver import (
     KEPT_CURSOR_MAX_ROWS,
@@ -112,6 +122,7 @@ __all__ = [
     "get",
     "heartbeat",
     "is_dirty",
+    "is_error_line",
     "jsonb_bytes_decoded",
     "keeps_cursor",
     "lease_check",

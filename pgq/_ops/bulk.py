@@ -14,7 +14,7 @@ import datetime as dt
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeGuard
 
 from ..errors import InvalidJob
 from ..insight import BulkResult
@@ -35,6 +35,12 @@ BULK_STATUSES: Final[dict[str, tuple[JobStatus, ...]]] = {
 
 ERROR_LINE_CHARS: Final = 200
 """How much of an error's first line tells its dead-letter group (sql/dashboard_failed_groups.sql)."""
+
+
+def is_error_line(value: object) -> TypeGuard[str]:
+    """Whether `value` can be a dead-letter group's error line: a str of one line (no newline, no NUL)
+    of at most ERROR_LINE_CHARS characters; "" (the group of jobs without error text) is one."""
+    return isinstance(value, str) and "\x00" not in value and "\n" not in value and len(value) <= ERROR_LINE_CHARS
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +75,7 @@ class JobFilter:
             if value is not None and (not isinstance(value, dt.datetime) or value.tzinfo is None):
                 raise InvalidJob(f"{name} must be a timezone-aware datetime, got {value!r}")
         line = self.error_line
-        if line is not None and (not isinstance(line, str) or "\x00" in line or "\n" in line
-                                 or len(line) > ERROR_LINE_CHARS):
+        if line is not None and not is_error_line(line):
             raise InvalidJob(f"error_line must be one line of at most {ERROR_LINE_CHARS} characters, got {line!r}")
         return {
             "statuses": [s.value for s in self.statuses(action)],

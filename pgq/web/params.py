@@ -96,7 +96,7 @@ def error_line(params: Mapping[str, str]) -> str | None:
         value = json.loads(text)
     except (ValueError, RecursionError):
         value = None
-    if not isinstance(value, str) or "\x00" in value or "\n" in value or len(value) > _ops.ERROR_LINE_CHARS:
+    if not _ops.is_error_line(value):
         raise HttpError(400, f"error_line must be a JSON string of one line, at most {_ops.ERROR_LINE_CHARS} "
                              f"characters; got {_shown(text)}")
     return value

@@ -95,7 +95,8 @@ def test_delete_where_deletes_only_finished_jobs_and_keeps_their_ids_in_the_audi
 
 
 @pytest.mark.parametrize("bad", [{"status": "running"}, {"queue": ""}, {"payload": float("nan")},
-                                 {"created_after": dt.datetime(2020, 1, 1)}, {"batch": 0}, {"status": []}])
+                                 {"created_after": dt.datetime(2020, 1, 1)}, {"batch": 0}, {"status": []},
+                                 {"error_line": "a\nb"}, {"error_line": "x" * 201}])
 def test_bad_filters_are_refused_before_anything_is_written(pgq_queue: Queue, db: SQL, bad: dict[str, object]) -> None:
     failed(pgq_queue, 1)
     with pytest.raises(InvalidJob):
