@@ -56,6 +56,7 @@ from .context import JobContext, _current
 from .embedded import SPEED_SETTINGS, EmbeddedServer, start_embedded
 from .errors import InvalidJob, PgqError
 from .models import Claim, Job, JobStatus
+from .tasks import Task
 
 if TYPE_CHECKING:
     from .app import App
@@ -460,18 +461,24 @@ def _loop_running() -> bool:
     return True
 
 
-def enqueued(queue: Queue | AsyncQueue, kind: str | None = None, **payload_subset: Any) -> list[Job]:
+def enqueued(queue: Queue | AsyncQueue, /, kind: str | AnyTask | None = None, **payload_subset: Any) -> list[Job]:
     """The jobs waiting to run in `queue`'s database (status queued, due or not, or waiting for their
     parents), oldest first: those of `kind` (None: any) whose payload is a JSON object holding every
     key of `payload_subset` with an equal value (compared after the JSON round trip: lists, not
-    tuples). `queue` is a Queue or an AsyncQueue (read through a short connection of its own, so this
-    works from async tests too, without an await). Sees only committed jobs."""
-    return [job for job in _waiting_jobs(queue, kind) if _payload_holds(job.payload, payload_subset)]
+    tuples). `kind` is a kind or a Task (its name); anything else raises InvalidJob. `queue` is a
+    Queue or an AsyncQueue (read through a short connection of its own, so this works from async
+    tests too, without an await), passed by position, so `queue=` matches a payload key; a payload
+    key named `kind` cannot be given here (filter the returned jobs instead). Sees only committed
+    jobs."""
+    name = None if kind is None else _kind_name(kind)
+    return [job for job in _waiting_jobs(queue, name) if _payload_holds(job.payload, payload_subset)]
 
 
-def assert_enqueued(queue: Queue | AsyncQueue, kind: str, **payload_subset: Any) -> list[Job]:
+def assert_enqueued(queue: Queue | AsyncQueue, /, kind: str | AnyTask, **payload_subset: Any) -> list[Job]:
     """Assert that at least one job of `kind` whose payload holds `payload_subset` waits to run (see
-    `enqueued`), and return those jobs. The AssertionError lists every job waiting."""
+    `enqueued`, which says what `kind` may be), and return those jobs. The AssertionError lists
+    every job waiting."""
+    kind = _kind_name(kind)
     waiting = _waiting_jobs(queue, None)
     found = [j for j in waiting if j.kind == kind and _payload_holds(j.payload, payload_subset)]
     if not found:
@@ -480,14 +487,26 @@ def assert_enqueued(queue: Queue | AsyncQueue, kind: str, **payload_subset: Any)
     return found
 
 
-def assert_not_enqueued(queue: Queue | AsyncQueue, kind: str, **payload_subset: Any) -> None:
+def assert_not_enqueued(queue: Queue | AsyncQueue, /, kind: str | AnyTask, **payload_subset: Any) -> None:
     """Assert that no job of `kind` whose payload holds `payload_subset` waits to run (see
-    `enqueued`). The AssertionError lists the jobs that match, then every job waiting."""
+    `enqueued`, which says what `kind` may be). The AssertionError lists the jobs that match, then
+    every job waiting."""
+    kind = _kind_name(kind)
     waiting = _waiting_jobs(queue, None)
     found = [j for j in waiting if j.kind == kind and _payload_holds(j.payload, payload_subset)]
     if found:
         raise AssertionError(f"{len(found)} job(s) of kind {kind!r}{_with_payload(payload_subset)} waiting to "
                              f"run, expected none:\n{_lines(found)}\n{_listing(waiting)}")
+
+
+def _kind_name(kind: object) -> str:
+    """A job kind given as a str or a Task; InvalidJob for anything else (a helper comparing kinds
+    with, say, a function would never match, and assert_not_enqueued would pass for nothing)."""
+    if isinstance(kind, Task):
+        return kind.name
+    if isinstance(kind, str) and kind:
+        return kind
+    raise InvalidJob(f"kind must be a job kind (a non-empty str) or a Task, got {kind!r}")
 
 
 def _waiting_jobs(queue: Queue | AsyncQueue, kind: str | None) -> list[Job]:

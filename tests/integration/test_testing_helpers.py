@@ -194,6 +194,33 @@ def test_enqueued_and_its_assertions_see_waiting_jobs_and_list_them(pgq_queue: p
     asyncio.run(from_async())
 
 
+def test_the_assertions_take_a_task_for_its_kind_and_refuse_what_is_no_kind(pgq_dsn: str,
+                                                                         pgq_queue: pgq.Queue) -> None:
+    app = pgq.App(pgq_dsn)
+
+    @app.task()
+    def notify(to: str, queue: str) -> None:
+        """A task with a payload key named like the helpers' first parameter."""
+
+    try:
+        job = notify.defer(to="a@example.com", queue="mail")
+        assert [j.id for j in assert_enqueued(pgq_queue, notify, queue="mail")] == [job]
+        assert [j.id for j in enqueued(pgq_queue, notify)] == [job]
+        assert enqueued(pgq_queue, notify, queue="sms") == []
+        with pytest.raises(AssertionError, match="1 job\\(s\\) of kind 'notify'"):
+            assert_not_enqueued(pgq_queue, notify)
+        # A kind that is neither a str nor a Task would never match: refused, not passed.
+        for bad in (notify.func, None, "", 7):
+            with pytest.raises(pgq.InvalidJob, match="kind must be a job kind"):
+                assert_not_enqueued(pgq_queue, bad)  # type: ignore[arg-type]
+            with pytest.raises(pgq.InvalidJob, match="kind must be a job kind"):
+                assert_enqueued(pgq_queue, bad)  # type: ignore[arg-type]
+        with pytest.raises(pgq.InvalidJob, match="kind must be a job kind"):
+            enqueued(pgq_queue, notify.func)  # type: ignore[arg-type]
+    finally:
+        app.close()
+
+
 def test_drain_refuses_async_handlers_inside_a_running_loop(pgq_dsn: str) -> None:
     app = pgq.App(pgq_dsn)
 
