@@ -38,9 +38,13 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from opentelemetry import propagate, trace
-from opentelemetry.context import Context
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
+try:
+    from opentelemetry import propagate, trace
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
+except ModuleNotFoundError as missing:  # the extra is not installed: say which one
+    raise ModuleNotFoundError(f"pgq.otel needs the OpenTelemetry API ({missing}); install it with "
+                              f"pip install 'pgq-jobs[otel]'", name=missing.name) from missing
 
 from .app import App
 from .client import AsyncQueue, Queue

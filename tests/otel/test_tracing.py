@@ -129,3 +129,19 @@ def test_the_api_alone_traces_nothing_and_stores_no_context(pgq_dsn: str) -> Non
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.splitlines()[-1]) == {
         "sdk_modules": [], "jobs": [["ship", "succeeded", None], ["receipt", "succeeded", None]]}
+
+
+def test_pgq_otel_without_the_extra_names_the_extra_to_install() -> None:
+    # Without OpenTelemetry installed (its import blocked), `import pgq.otel` fails with a message
+    # that says what to install; `import pgq` itself needs no OpenTelemetry.
+    code = ("import sys; sys.modules['opentelemetry'] = None\n"
+            "import pgq\n"
+            "try:\n"
+            "    import pgq.otel\n"
+            "except ModuleNotFoundError as e:\n"
+            "    print(e.name, '|', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    name, message = out.stdout.strip().split(" | ", 1)
+    assert name == "opentelemetry"
+    assert "pip install 'pgq-jobs[otel]'" in message
