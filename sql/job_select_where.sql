@@ -5,6 +5,8 @@
 --   statuses            the statuses the action applies to (and the caller's --status, within them)
 --   queue, kind         equal
 --   error               case-insensitive substring of last_error (no wildcards)
+--   text                case-insensitive substring of the kind, the dedupe key or last_error: the
+--                       dashboard's search text, matched as sql/dashboard_jobs.sql matches it
 --   payload             JSON containment: payload @> this jsonb
 --   created_*, finished_* ranges: after <= t < before
 --   error_line          the first line of last_error (its first 200 characters, '' without error
@@ -16,6 +18,10 @@ WHERE j.id > %(after_id)s::bigint
   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
   AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
   AND (%(error)s::text IS NULL OR strpos(lower(j.last_error), lower(%(error)s::text)) > 0)
+  AND (%(text)s::text IS NULL
+       OR strpos(lower(j.kind), lower(%(text)s::text)) > 0
+       OR strpos(lower(j.dedupe_key), lower(%(text)s::text)) > 0
+       OR strpos(lower(j.last_error), lower(%(text)s::text)) > 0)
   AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
   AND (%(created_after)s::timestamptz IS NULL OR j.created_at >= %(created_after)s::timestamptz)
   AND (%(created_before)s::timestamptz IS NULL OR j.created_at < %(created_before)s::timestamptz)

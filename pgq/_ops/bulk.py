@@ -50,7 +50,9 @@ class JobFilter:
     the job's last error; `payload` a JSON value the payload contains (jsonb `@>`); created and
     finished ranges (after <= t < before, timezone-aware datetimes); `error_line` the first line of
     the last error, its first ERROR_LINE_CHARS characters, equal to this ("" for no error text): one
-    group of the dashboard's dead letters (sql/dashboard_failed_groups.sql)."""
+    group of the dashboard's dead letters (sql/dashboard_failed_groups.sql); `text` a case-insensitive
+    substring of the kind, the dedupe key or the last error (the dashboard's search text, matched as
+    its job list matches it)."""
 
     queue: str | None = None
     kind: str | None = None
@@ -62,11 +64,12 @@ class JobFilter:
     finished_after: dt.datetime | None = None
     finished_before: dt.datetime | None = None
     error_line: str | None = None
+    text: str | None = None
 
     def params(self, action: BulkAction) -> dict[str, Any]:
         """The filter's parameters of sql/job_select_where.sql for `action`; raises InvalidJob for a
         bad filter (nothing is sent then)."""
-        for name in ("queue", "kind", "error"):
+        for name in ("queue", "kind", "error", "text"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value or "\x00" in value):
                 raise InvalidJob(f"{name} must be a non-empty str, got {value!r}")
@@ -79,7 +82,7 @@ class JobFilter:
             raise InvalidJob(f"error_line must be one line of at most {ERROR_LINE_CHARS} characters, got {line!r}")
         return {
             "statuses": [s.value for s in self.statuses(action)],
-            "queue": self.queue, "kind": self.kind, "error": self.error,
+            "queue": self.queue, "kind": self.kind, "error": self.error, "text": self.text,
             "payload": None if self.payload is None else encode_json("payload", self.payload, None),
             "created_after": self.created_after, "created_before": self.created_before,
             "finished_after": self.finished_after, "finished_before": self.finished_before,
@@ -103,8 +106,8 @@ class JobFilter:
     def describe(self, action: BulkAction) -> dict[str, Any]:
         """The filters as the audit records them (only those given, times in ISO 8601)."""
         shown: dict[str, Any] = {"status": [s.value for s in self.statuses(action)]}
-        for name in ("queue", "kind", "error", "payload", "created_after", "created_before", "finished_after",
-                     "finished_before", "error_line"):
+        for name in ("queue", "kind", "error", "text", "payload", "created_after", "created_before",
+                     "finished_after", "finished_before", "error_line"):
             value = getattr(self, name)
             if value is not None:
                 shown[name] = value.isoformat() if isinstance(value, dt.datetime) else value

@@ -270,9 +270,9 @@ class JobFilter:
                                            self.error_line))
 
     def bulk(self) -> _ops.JobFilter:
-        """These filters as a bulk action's: the text as the error's (a bulk action does not look in
-        dedupe keys)."""
-        return _ops.JobFilter(queue=self.queue, kind=self.kind, status=self.status, error=self.text,
+        """These filters as a bulk action's, matching the jobs the list shows (the text in the kind,
+        the dedupe key or the last error alike)."""
+        return _ops.JobFilter(queue=self.queue, kind=self.kind, status=self.status, text=self.text,
                               payload=None if self.payload is None else json.loads(self.payload),
                               error_line=self.error_line)
 

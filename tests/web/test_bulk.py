@@ -68,6 +68,40 @@ def test_apply_to_all_matching_confirms_the_count_then_applies(dashboard: Client
     assert audit == {"actor": "dashboard", "filters": {"status": ["failed"], "payload": {"tenant": 7}}}
 
 
+def test_apply_to_all_after_a_text_search_acts_on_the_jobs_the_list_shows(dashboard: Client, pgq_queue: Queue,
+                                                                           db: SQL) -> None:
+    # The list's search text is found in the kind, the dedupe key or the error; "Retry all…" must
+    # match the same jobs, not only those whose error holds the text.
+    by_kind = [pgq_queue.enqueue("Invoice-Sync", queue="q", max_attempts=1) for _ in range(2)]
+    by_key = pgq_queue.enqueue("mail", queue="q", max_attempts=1, dedupe_key="invoice-7")
+    by_error = pgq_queue.enqueue("mail", {"n": 1}, queue="q", max_attempts=1)
+    other = pgq_queue.enqueue("mail", {"n": 2}, queue="q", max_attempts=1)
+    waiting = pgq_queue.enqueue("mail", queue="later")
+    for claim in pgq_queue.claim(worker="w", queues=["q"], limit=10):
+        pgq_queue.fail(claim, "no INVOICE found" if claim.job.id == by_error else "smtp down")
+    hits = [*by_kind, by_key, by_error]
+    client = dashboard()
+    jobs = client.get("/jobs", params={"q": "invoice", "status": "failed"}).text
+    assert sorted(int(i) for i in re.findall(r'<tr data-job-id="(\d+)"', jobs)) == sorted(hits)
+    # Only the actions that apply to the status filter are offered for all matching jobs.
+    assert [a for a in ("retry", "cancel", "delete") if f'id="{a}-all"' in jobs] == ["retry", "delete"]
+    queued = client.get("/jobs", params={"status": "queued"}).text
+    assert [a for a in ("retry", "cancel", "delete") if f'id="{a}-all"' in queued] == ["cancel"]
+    link = re.search(r'id="retry-all" href="([^"]+)"', jobs)
+    assert link is not None
+    confirm = client.get(html.unescape(link.group(1)))
+    assert re.search(r'id="bulk-count">4<', confirm.text), confirm.text
+    assert "Kind, dedupe key or error contains" in confirm.text
+    hidden = dict(re.findall(r'<input type="hidden" name="([a-z_]+)" value="([^"]*)"', confirm.text))
+
+    done = client.post("/jobs/bulk", data={k: html.unescape(v) for k, v in hidden.items()})
+
+    assert done.status_code == 200 and 'data-changed="4"' in done.text, done.text
+    assert _statuses(db) == {**dict.fromkeys(hits, "queued"), other: "failed", waiting: "queued"}
+    [audit] = db("SELECT filters FROM pgq.job_audit")
+    assert audit == {"filters": {"status": ["failed"], "text": "invoice"}}
+
+
 def test_bulk_forms_follow_the_security_model(dashboard: Client, pgq_queue: Queue, db: SQL) -> None:
     [job_id] = _failed(pgq_queue, 1, {"tenant": 1})
     client = dashboard()
