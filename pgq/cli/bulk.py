@@ -69,7 +69,8 @@ def run_bulk(args: argparse.Namespace, action: BulkAction) -> int:
     """Run `action` on every job matching the filters of `args`, printing progress on stderr after
     each batch and the counts on stdout."""
     if not has_filters(args):
-        raise CliError(f"give a job ID or at least one filter (--queue, --kind, --status, ...); to {action} "
+        ids = "a job ID or " if action != "delete" else ""  # `jobs delete` takes filters only
+        raise CliError(f"give {ids}at least one filter (--queue, --kind, --status, ...); to {action} "
                        f"every job, say so with --status", 2)
     where = JobFilter(args.queue, args.kind, args.status, args.error, args.payload, args.after, args.before,
                       args.finished_after, args.finished_before)
@@ -77,7 +78,7 @@ def run_bulk(args: argparse.Namespace, action: BulkAction) -> int:
 
     def progress(r: BulkResult) -> None:
         if not r.dry_run:
-            print(f"... {r.changed} {_past(action)} of {r.matched} matched so far ({r.batches} batches)",
+            print(f"... {r.changed} {_past(action)} of {r.matched} matched so far ({_batches(r.batches)})",
                   file=sys.stderr, flush=True)
 
     method = {"cancel": "cancel_where", "retry": "retry_where", "delete": "delete_where"}[action]
@@ -97,8 +98,12 @@ def run_bulk(args: argparse.Namespace, action: BulkAction) -> int:
         # A batch that changed nothing writes no audit row.
         recorded = "recorded in pgq.job_audit" if result.changed else "nothing recorded"
         print(f"{result.changed} jobs {_past(action)}" + (f", {skipped} skipped ({why})" if skipped else "")
-              + f", in {result.batches} batches; {recorded}")
+              + f", in {_batches(result.batches)}; {recorded}")
     return EXIT_OK
+
+
+def _batches(n: int) -> str:
+    return f"{n} batch" if n == 1 else f"{n} batches"
 
 
 def _past(action: BulkAction) -> str:

@@ -70,14 +70,14 @@ def test_jobs_retry_cancel_delete_by_filters_with_dry_run_and_progress(cli: CLI,
     done = cli("jobs", "retry", "--payload", '{"tenant": 7}', "--kind", "mail", "--batch", "2", *dsn)
     assert done.code == 0, done.err
     assert done.out.strip() == "3 jobs retried, in 2 batches; recorded in pgq.job_audit"
-    assert done.err_lines == ["... 2 retried of 2 matched so far (1 batches)",
+    assert done.err_lines == ["... 2 retried of 2 matched so far (1 batch)",
                               "... 3 retried of 3 matched so far (2 batches)"]
     assert {r["status"] for r in db("SELECT status::text FROM pgq.jobs WHERE id = ANY(%s)", [hits])} == {"queued"}
 
     cancelled = cli("jobs", "cancel", "--queue", "q", "--status", "queued", *dsn)
-    assert cancelled.out.strip() == "3 jobs cancelled, in 1 batches; recorded in pgq.job_audit"
+    assert cancelled.out.strip() == "3 jobs cancelled, in 1 batch; recorded in pgq.job_audit"
     deleted = cli("jobs", "delete", "--status", "cancelled", "--after", "2000-01-01", *dsn)
-    assert deleted.out.strip() == "3 jobs deleted, in 1 batches; recorded in pgq.job_audit"
+    assert deleted.out.strip() == "3 jobs deleted, in 1 batch; recorded in pgq.job_audit"
     assert [r["id"] for r in db("SELECT id FROM pgq.jobs")] == [miss]
     assert [r["action"] for r in db("SELECT action FROM pgq.job_audit ORDER BY id")] == [
         "retry", "retry", "cancel", "delete"]
@@ -92,7 +92,8 @@ def test_bulk_commands_refuse_bad_input_and_write_nothing(cli: CLI, pgq_dsn: str
     job_id = _failed(pgq_queue, "mail", {"tenant": 7}, "x")
     dsn = ("--dsn", pgq_dsn)
     for args, message in [
-        (("jobs", "delete"), "give a job ID or at least one filter"),
+        (("jobs", "delete"), "give at least one filter (--queue"),
+        (("jobs", "retry"), "give a job ID or at least one filter"),
         (("jobs", "retry", str(job_id), "--kind", "mail"), "give either a job ID or filters, not both"),
         (("jobs", "retry", "--status", "running"), "retry applies to jobs in status failed, cancelled; got running"),
         (("jobs", "cancel", "--payload", "{nope"), "not valid JSON"),
