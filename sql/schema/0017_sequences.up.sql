@@ -947,6 +947,24 @@ BEGIN
         any_limited := cardinality(kinds_here) > 0;
     END IF;
     IF any_limited THEN
+        -- A kind with grouped jobs queued here and no group_limits row gets one, with no limits
+        -- (NULL), once: a row to keep its turn in (turn_after, written by the claimer that holds the
+        -- row), so its groups take turns across claims, as those of a kind with group limits do.
+        -- (Without it, every claim started at the first group, and the groups late in key order
+        -- waited for the backlogs of all the groups before them.) Such a row serialises no claims
+        -- (see `held`). ON CONFLICT: a claimer racing to add the same row waits for this one's
+        -- commit, then adds nothing.
+        INSERT INTO pgq.group_limits (kind)
+        SELECT k.kind FROM unnest(kinds_here) AS k(kind)
+        WHERE NOT EXISTS (SELECT 1 FROM pgq.group_limits z WHERE z.kind = k.kind)
+          AND EXISTS (SELECT 1 FROM unnest(wanted) AS w(name)
+                      CROSS JOIN LATERAL (
+                          SELECT j.group_key FROM pgq.jobs j
+                          WHERE j.status = 'queued' AND j.limited AND j.queue = w.name
+                            AND j.kind = k.kind AND j.group_key IS NOT NULL
+                          ORDER BY j.queue, j.kind, j.group_key LIMIT 1) x)
+        ORDER BY k.kind
+        ON CONFLICT (kind) DO NOTHING;
         -- Lock those kinds' limit rows, and only those: one claimer at a time counts and claims a
         -- limited kind. SKIP LOCKED: a kind another claimer holds is left for this round (a kind
         -- is claimed only when every limit row it has, kind and group limits, was locked).
@@ -965,14 +983,21 @@ BEGIN
         held AS (
             SELECT k.kind, c.max_running, r.max_starts, r.per_s,
                    c.kind IS NOT NULL OR r.kind IS NOT NULL AS limits, g.kind IS NOT NULL AS grouped,
-                   g.max_running AS g_max, g.max_starts AS g_starts, g.per_s AS g_per, g.turn_after
+                   g.max_running AS g_max, g.max_starts AS g_starts, g.per_s AS g_per,
+                   CASE WHEN g.kind IS NOT NULL THEN g.turn_after
+                        ELSE (SELECT z.turn_after FROM pgq.group_limits z WHERE z.kind = k.kind) END AS turn_after
             FROM unnest(kinds_here) AS k(kind)
             LEFT JOIN c ON c.kind = k.kind
             LEFT JOIN r ON r.kind = k.kind
             LEFT JOIN g ON g.kind = k.kind
             WHERE (c.kind IS NOT NULL OR NOT EXISTS (SELECT 1 FROM pgq.concurrency_limits x WHERE x.kind = k.kind))
               AND (r.kind IS NOT NULL OR NOT EXISTS (SELECT 1 FROM pgq.rate_limits y WHERE y.kind = k.kind))
-              AND (g.kind IS NOT NULL OR NOT EXISTS (SELECT 1 FROM pgq.group_limits z WHERE z.kind = k.kind))
+              -- A group_limits row without limits (one the claim added, below) only keeps the turn:
+              -- a kind another claimer holds it of is claimed all the same, from the turn read
+              -- without the lock, and only the holder writes the turn. One with limits must be held.
+              AND (g.kind IS NOT NULL OR NOT EXISTS (SELECT 1 FROM pgq.group_limits z
+                                                     WHERE z.kind = k.kind
+                                                       AND (z.max_running IS NOT NULL OR z.max_starts IS NOT NULL)))
         )
         -- A kind with group limits, or with grouped jobs queued, is claimed by the walk over its
         -- groups below (w_*); the others as revision 0010 did (l_*), in claim order.

@@ -131,6 +131,9 @@ def test_racing_claimers_never_exceed_a_group_limit_and_lose_nothing(pgq_dsn: st
     specs = [JobSpec("capped", {"i": i}, group_key=f"g{i % 4}") for i in range(60)]
     specs += [JobSpec("paced", {"i": i}, group_key=f"p{i % 3}") for i in range(18)]
     specs += [JobSpec("capped", {"i": i}) for i in range(10)]  # no group: no group limit
+    # Grouped, without group limits: its group_limits row (no limits) only keeps the turn, and the
+    # claimers racing for it do not wait for each other's hold of that row.
+    specs += [JobSpec("free", {"i": i}, group_key=f"f{i % 5}") for i in range(30)]
     random.Random(7).shuffle(specs)
     pgq_queue.enqueue_many(specs)
     _race(pgq_dsn, db, claimers=6, hold_s=0.03)
@@ -138,8 +141,12 @@ def test_racing_claimers_never_exceed_a_group_limit_and_lose_nothing(pgq_dsn: st
     with psycopg.connect(pgq_dsn, autocommit=True) as conn:
         report = history.check(conn, effects=False)
     assert report.violations == {}, report.summary()
-    assert db("SELECT status::text AS s, count(*) AS n FROM pgq.jobs GROUP BY 1") == [{"s": "succeeded", "n": 88}]
-    assert report.counts["claim"] == 88  # each job ran once
+    assert db("SELECT status::text AS s, count(*) AS n FROM pgq.jobs GROUP BY 1") == [{"s": "succeeded", "n": 118}]
+    assert report.counts["claim"] == 118  # each job ran once
+    assert db("SELECT kind, max_running, max_starts FROM pgq.group_limits ORDER BY kind") == [
+        {"kind": "capped", "max_running": 2, "max_starts": None},
+        {"kind": "free", "max_running": None, "max_starts": None},
+        {"kind": "paced", "max_running": None, "max_starts": 3}]
     # The limits were reached (the race was real): some claim found 2 of a group running.
     [reached] = db("SELECT max(running_of_group) AS m FROM history WHERE kind = 'capped'")
     assert reached["m"] == 2
@@ -183,6 +190,31 @@ def test_a_claim_takes_groups_in_turn_within_a_priority(pgq_queue: Queue, db: SQ
        "WHERE status = 'running' AND group_key <> 'g00'")
     got = sorted(c.job.group_key or "" for c in q.claim(worker="w", limit=20))
     assert got == [f"g{g:02}" for g in range(1, 10)]  # one each: g00 is running one already
+
+
+def test_groups_of_a_kind_without_group_limits_take_turns_across_claims(pgq_queue: Queue, db: SQL) -> None:
+    # 40 groups with a backlog of 30 jobs each, then one job of group zz, last in key order, and no
+    # group limits: claims of 10 take one job per group in turn, so zz's job is claimed by the 5th
+    # claim (41 groups). Before the claim kept the turn of such a kind, every claim started at the
+    # first group, and zz waited for the whole backlog: 1,200 jobs, 121 claims.
+    q = pgq_queue
+    q.enqueue_many([JobSpec("k", {"i": i}, group_key=f"g{g:02}") for g in range(40) for i in range(30)])
+    [late] = q.enqueue_many([JobSpec("k", group_key="zz")])
+    rounds, ahead = 0, 0
+    while True:
+        rounds += 1
+        claims = q.claim(worker="w", limit=10)
+        if late in [c.id for c in claims]:
+            break
+        assert rounds < 10, f"{ahead + len(claims)} jobs of other groups were claimed first"
+        ahead += len(claims)
+        for c in claims:
+            q.complete(c)
+    assert (rounds, ahead) == (5, 40)
+    # The kind got a group_limits row without limits, which keeps its turn: the 5th claim took zz,
+    # then went round to g00 ... g08.
+    assert db("SELECT max_running, max_starts, per_s, turn_after FROM pgq.group_limits WHERE kind = 'k'") == [
+        {"max_running": None, "max_starts": None, "per_s": None, "turn_after": "g08"}]
 
 
 def test_a_groups_jobs_at_several_priorities_share_its_limit(pgq_queue: Queue) -> None:
