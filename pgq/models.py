@@ -356,9 +356,9 @@ class JobSpec:
             raise InvalidJob(f"on_conflict must be 'ignore' or 'replace', got {self.on_conflict!r}")
         for name, value in (("unique_for", self.unique_for), ("debounce", self.debounce)):
             if value is not None and delay_seconds(value) <= 0:
-                raise InvalidJob(f"{name} must be a positive duration, got {value!r}")
+                raise InvalidJob(f"{name} must be a positive duration, got {_duration_shown(value)}")
         if self.unique_for is not None and delay_seconds(self.unique_for) > MAX_UNIQUE_FOR_S:
-            raise InvalidJob(f"unique_for must be at most 31 days, got {self.unique_for!r}")
+            raise InvalidJob(f"unique_for must be at most 31 days, got {_duration_shown(self.unique_for)}")
         if self.dedupe_key is None:
             raise InvalidJob("unique_for, on_conflict and debounce need a dedupe_key")
         if self.watermark is not None or self.depends_on is not None or self.sequence_key is not None:
@@ -443,6 +443,14 @@ def delay_seconds(value: dt.timedelta | float | int) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidJob(f"a duration must be a timedelta or seconds, got {type(value).__name__}")
     return float(value)
+
+
+def _duration_shown(value: object) -> str:
+    # A timedelta as seconds (its repr, datetime.timedelta(0), reads badly in an error message).
+    if not isinstance(value, dt.timedelta):
+        return repr(value)
+    seconds = value.total_seconds()
+    return f"{seconds / 86400:g} days" if abs(seconds) >= 86400 else f"{seconds:g} s"
 
 
 def positive_seconds(name: str, value: dt.timedelta | float | int) -> float:

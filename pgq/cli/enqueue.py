@@ -22,7 +22,9 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
         help="enqueue one job and print its id",
         description=(
             "Enqueue one job and print its id. With --dedupe-key, when an active job of the queue\n"
-            "already holds the key, nothing is created and that job's id is printed."
+            "already holds the key: by default nothing is created and that job's id is printed; with\n"
+            "--on-conflict replace or --debounce, that job takes the new payload if it has not started\n"
+            "(its id is printed), and behind a running one a new job waits (the new id is printed)."
         ),
     )
     p.add_argument("kind", metavar="KIND", help="the task to run, e.g. email.send")
