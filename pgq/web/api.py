@@ -112,7 +112,7 @@ class Api:
     async def limits(self, request: Request) -> JSONResponse:
         """`GET /api/limits`."""
         data = await self.dash.read(queries.limits())
-        return _json({"now": data.now, "concurrency": data.concurrency, "rate": data.rate})
+        return _json({"now": data.now, "concurrency": data.concurrency, "rate": data.rate, "group": data.group})
 
     def _check(self, request: Request) -> None:
         if self.dash.settings.read_only:

@@ -427,11 +427,14 @@ def workers() -> _ops.Operation[Workers]:
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Concurrency limits with the running jobs of each kind, rate limits with the starts in each
-    window (sql/dashboard_concurrency_limits.sql, sql/dashboard_rate_limits.sql)."""
+    window, per-group limits with the grouped jobs running and their groups
+    (sql/dashboard_concurrency_limits.sql, sql/dashboard_rate_limits.sql,
+    sql/dashboard_group_limits.sql)."""
 
     now: dt.datetime
     concurrency: list[dict[str, Any]]
     rate: list[dict[str, Any]]
+    group: list[dict[str, Any]]
 
 
 def limits() -> _ops.Operation[Limits]:
@@ -441,7 +444,8 @@ def limits() -> _ops.Operation[Limits]:
         now = yield from _guard()
         concurrency = yield _ops.Stmt("dashboard_concurrency_limits", {})
         rate = yield _ops.Stmt("dashboard_rate_limits", {})
-        return Limits(now, [dict(r) for r in concurrency], [dict(r) for r in rate])
+        group = yield _ops.Stmt("dashboard_group_limits", {})
+        return Limits(now, [dict(r) for r in concurrency], [dict(r) for r in rate], [dict(r) for r in group])
 
     return _read("dashboard_limits", steps)
 

@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from pgq import Queue
+from pgq import JobSpec, Queue
 from tests.conftest import SQL, enqueue_after
 
 from .conftest import Client
@@ -262,6 +262,18 @@ def test_workers_and_limits(dashboard: Client, pgq_queue: Queue) -> None:
     limits = client.get("/api/limits").json()
     assert [(c["kind"], c["max_running"], c["running"]) for c in limits["concurrency"]] == [("k", 3, 2)]
     assert [(r["kind"], r["max_starts"], r["per_s"]) for r in limits["rate"]] == [("k", 10, 60.0)]
+    assert limits["group"] == []
+
+
+def test_limits_list_per_group_limits_with_running_groups(dashboard: Client, pgq_queue: Queue) -> None:
+    pgq_queue.set_group_limits("export", concurrency=2, rate="5/s")
+    pgq_queue.enqueue_many([JobSpec("export", group_key=g) for g in ("a", "a", "a", "b")]
+                           + [JobSpec("sync", group_key="x")])  # grouped, without limits
+    assert len(pgq_queue.claim(worker="w", limit=10)) == 4  # a twice (its limit), b, x
+    group = dashboard().get("/api/limits").json()["group"]
+    assert [(g["kind"], g["max_running"], g["max_starts"], g["per_s"], g["running"], g["running_groups"])
+            for g in group] == [("export", 2, 5, 1.0, 3, 2), ("sync", None, None, None, 1, 1)]
+    assert group[1]["turn_after"] == "x"  # the claim added sync's row, to keep its groups' turn
 
 
 def test_workers_include_idle_registered_ones(dashboard: Client, pgq_queue: Queue, db: SQL) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from pgq import Queue
+from pgq import JobSpec, Queue
 from tests.conftest import SQL, enqueue_after
 
 CHROMIUM = os.environ.get("PGQ_CHROMIUM", "/usr/bin/chromium")
@@ -271,14 +271,21 @@ def test_workers_schedules_and_limits_pages(page: Any, pgq_queue: Queue) -> None
     pgq_queue.claim(worker="host-d-123", limit=2)
     pgq_queue.set_concurrency_limit("charge_card", 4)
     pgq_queue.set_rate_limit("charge_card", "100/min")
+    pgq_queue.set_group_limits("sync_account", concurrency=2, rate="5/s")
+    pgq_queue.enqueue_many([JobSpec("sync_account", group_key=f"acct:{n}", queue="billing") for n in (1, 1, 2)])
+    pgq_queue.claim(worker="host-d-123", kinds=["sync_account"], limit=5)
 
     page.goto("/workers")
     expect(page.locator("#workers tbody tr")).to_have_count(1)
     expect(page.locator("#workers")).to_contain_text("host-d-123")
-    expect(page.locator("#running tbody tr")).to_have_count(2)
+    expect(page.locator("#running tbody tr")).to_have_count(5)  # 2 charge_card, 3 sync_account
     page.click("nav >> text=Limits")
     expect(page.locator("#concurrency-limits")).to_contain_text("charge_card")
     expect(page.locator("#rate-limits")).to_contain_text("100 per minute")
+    expect(page.locator("#group-limits tbody tr")).to_have_count(1)
+    expect(page.locator("#group-limits")).to_contain_text("5 per second")
+    expect(page.locator("#group-limits")).to_contain_text("acct:")
+    page.screenshot(path=str(artifacts() / "limits-groups.png"), full_page=True)
     page.click("nav >> text=Schedules")
     expect(page.locator(".empty-state")).to_contain_text("--app")
 

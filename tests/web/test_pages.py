@@ -219,6 +219,11 @@ def test_workers_and_limits_pages(dashboard: Client, pgq_queue: Queue) -> None:
     assert "<html" not in client.get("/workers", headers=LIVE).text
     limits = client.get("/limits").text
     assert '<meter min="0" max="2" value="2"' in limits and "30 per 90 s" in limits
+    assert "No per-group limit is set" in limits
+    pgq_queue.set_group_limits("charge", rate=(4, 60))
+    limits = client.get("/limits").text
+    row = re.search(r'<table class="table" id="group-limits">.*?</table>', limits, re.S)
+    assert row is not None and "charge" in row.group(0) and "4 per minute" in row.group(0) and "any" in row.group(0)
 
 
 def test_workers_page_lists_idle_registered_workers_and_busy_ones(dashboard: Client, pgq_queue: Queue,
