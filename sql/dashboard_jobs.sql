@@ -15,7 +15,7 @@
 -- stopped at as the cursor of the next page: keyset pagination, so a job is listed once however
 -- many jobs are enqueued meanwhile. The error's first 300 characters are enough for a list.
 SELECT j.id, j.queue, j.kind, j.status::text AS status, j.priority, j.attempts, j.max_attempts,
-       j.run_at, j.created_at, j.started_at, j.finished_at, j.dedupe_key, j.claimed_by,
+       j.run_at, j.created_at, j.started_at, j.finished_at, j.dedupe_key, j.claimed_by, j.group_key,
        left(j.last_error, 300) AS last_error
 FROM pgq.jobs j
 WHERE j.id < %(high)s::bigint

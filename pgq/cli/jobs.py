@@ -160,8 +160,12 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
         ]
         for job in found
     ]
-    headers = ("ID", "QUEUE", "KIND", "STATUS", "ATTEMPTS", "PRIORITY", "CREATED", "RUN AT", "LAST ERROR")
-    print(render_table(headers, rows, right=(0, 4, 5)))
+    headers = ["ID", "QUEUE", "KIND", "STATUS", "ATTEMPTS", "PRIORITY", "CREATED", "RUN AT", "LAST ERROR"]
+    if any(job.group_key is not None for job in found):  # the group column only where there are groups
+        headers.insert(3, "GROUP")
+        for row, job in zip(rows, found, strict=True):
+            row.insert(3, cell(job.group_key or "-", 24))
+    print(render_table(headers, rows, right=(0, len(headers) - 5, len(headers) - 4)))
     return EXIT_OK
 
 

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 import pgq.cli
-from pgq import JobStatus, Queue, migrate
+from pgq import JobSpec, JobStatus, Queue, migrate
 from pgq.cli import build_parser
 from pgq.models import MAX_PAYLOAD_BYTES
 
@@ -236,6 +236,12 @@ def test_jobs_list_filters_by_status_queue_kind_and_limit(cli: CLI, pgq_dsn: str
 
     as_json = json.loads(cli("jobs", "list", "--dsn", pgq_dsn, "--json", "--queue", "q2").out)
     assert [j["id"] for j in as_json] == [c] and as_json[0]["status"] == "queued"
+    assert "GROUP" not in cli("jobs", "list", "--dsn", pgq_dsn).out.splitlines()[0]  # no groups: no column
+
+    [grouped] = pgq_queue.enqueue_many([JobSpec("alpha", queue="q2", group_key="acct:7")])
+    listed = table(cli("jobs", "list", "--dsn", pgq_dsn).out)
+    assert listed[str(grouped)]["GROUP"] == "acct:7" and listed[str(grouped)]["STATUS"] == "queued"
+    assert listed[str(a)]["GROUP"] == "-" and listed[str(a)]["ATTEMPTS"] == "0/25"
 
 
 def test_jobs_list_unknown_queue_says_no_such_queue(cli: CLI, pgq_dsn: str, pgq_queue: Queue) -> None:

@@ -265,6 +265,16 @@ def test_workers_and_limits(dashboard: Client, pgq_queue: Queue) -> None:
     assert limits["group"] == []
 
 
+def test_job_list_items_carry_the_group_key(dashboard: Client, pgq_queue: Queue) -> None:
+    [grouped] = pgq_queue.enqueue_many([JobSpec("export", group_key="acct:7")])
+    plain = pgq_queue.enqueue("export")
+    client = dashboard()
+    jobs = {j["id"]: j for j in client.get("/api/jobs").json()["jobs"]}
+    assert (jobs[grouped]["group_key"], jobs[plain]["group_key"]) == ("acct:7", None)
+    page = client.get("/jobs").text
+    assert '<div class="subtle small mono" title="group key">acct:7</div>' in page
+
+
 def test_limits_list_per_group_limits_with_running_groups(dashboard: Client, pgq_queue: Queue) -> None:
     pgq_queue.set_group_limits("export", concurrency=2, rate="5/s")
     pgq_queue.enqueue_many([JobSpec("export", group_key=g) for g in ("a", "a", "a", "b")]

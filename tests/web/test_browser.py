@@ -388,6 +388,9 @@ def test_explain_panel_names_a_full_group_limit_and_the_sequence_holder(page: An
     assert set(claims) == {holder, first}
     pgq_queue.fail(claims[first], "ValueError: bad account")
 
+    page.goto("/jobs?queue=reports")
+    expect(page.locator(f'tr[data-job-id="{held}"]')).to_contain_text("acct:42")  # its group, under the kind
+    page.screenshot(path=str(artifacts() / "jobs-groups.png"), full_page=True)
     page.goto(f"/jobs/{held}")
     reason = page.locator('#explain [data-reason="group_concurrency_limit_full"]')
     expect(reason).to_contain_text("full for group acct:42: 1 of 1 running")
