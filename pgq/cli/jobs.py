@@ -165,7 +165,7 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
         headers.insert(3, "GROUP")
         for row, job in zip(rows, found, strict=True):
             row.insert(3, cell(job.group_key or "-", 24))
-    print(render_table(headers, rows, right=(0, len(headers) - 5, len(headers) - 4)))
+    print(render_table(headers, rows, right=(0, headers.index("ATTEMPTS"), headers.index("PRIORITY"))))
     return EXIT_OK
 
 

@@ -129,8 +129,8 @@ class Pages:
                            kind_names=sorted(app.tasks) if app is not None else [],
                            statuses=[s.value for s in JobStatus],
                            can_bulk=can_bulk, groups=groups,
-                           bulk_all=[a for a in ("retry", "cancel", "delete")
-                                     if filters.status is None or filters.status in _ops.BULK_STATUSES[a]])
+                           bulk_all=[a for a, applies in _ops.BULK_STATUSES.items()
+                                     if filters.status is None or filters.status in applies])
 
     async def bulk_confirm(self, request: Request) -> Response:
         """`GET /jobs/bulk?action=...&<the search's filters>`: how many jobs the action would change
