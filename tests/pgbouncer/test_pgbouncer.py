@@ -32,13 +32,10 @@ from pgq import JobStatus, LeaseLost, PgqError, Queue
 from pgq.worker.maintenance import RESCUE_LOCK_KEY, Rescuer
 
 from ..conftest import reap, stop_with_sigterm
-from ..worker.conftest import wait_for
+from ..worker.conftest import LISTENER, wait_for
 from .conftest import Bouncer, running_bouncer
 
-LISTENERS_SQL = (
-    "SELECT count(*) AS n FROM pg_stat_activity "
-    "WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE '%%LISTEN pgq%%'"
-)
+LISTENERS_SQL = f"SELECT count(*) AS n FROM pg_stat_activity WHERE {LISTENER}"
 
 
 def direct_rows(bouncer: Bouncer, query: str, params: Any = None) -> list[dict[str, Any]]:

@@ -26,6 +26,11 @@ from pgq import _sql
 HERE = Path(__file__).resolve().parent
 RUNNER = HERE / "runner.py"
 
+# A worker's LISTEN backend (a WHERE condition on pg_stat_activity). Its last statement is the LISTEN,
+# or the liveness ping it sends after io_timeout (5 s or more) without notifications (sql/ping.sql).
+LISTENER = ("datname = current_database() AND pid <> pg_backend_pid() "
+            "AND (query LIKE '%%LISTEN pgq%%' OR query LIKE '-- ping:%%')")
+
 EFFECTS_DDL = """
 CREATE TABLE effects (
     id bigserial PRIMARY KEY,

@@ -25,13 +25,9 @@ from pgq.worker.maintenance import (
     Retention,
 )
 
-from .conftest import DB, FrozenClient, async_wait_for, freeze_mid_claim, run_worker_until, wait_for
+from .conftest import DB, LISTENER, FrozenClient, async_wait_for, freeze_mid_claim, run_worker_until, wait_for
 
 MAINTENANCE_IDLE_LIMIT_S = 5  # _ops.TRANSACTION_IDLE_LIMIT, which sql/maintenance_lock.sql sets
-
-# The listener's backend: its last statement is the LISTEN or the liveness ping (pgq/listener.py, sql/ping.sql).
-LISTENER = ("datname = current_database() AND (query LIKE '%%LISTEN pgq%%' OR query LIKE '-- ping:%%') "
-            "AND pid <> pg_backend_pid()")
 
 
 def holding_lock(dsn: str, key: int) -> psycopg.Connection[Any]:

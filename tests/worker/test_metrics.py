@@ -23,6 +23,7 @@ from pgq import JobStatus, Queue
 from tests.prometheus import Family, parse
 
 from ..conftest import reap, stop_with_sigterm
+from .conftest import LISTENER
 
 APP = textwrap.dedent(
     """
@@ -184,8 +185,7 @@ def test_worker_serves_prometheus_metrics_of_real_jobs(tmp_path: Path, pgq_dsn: 
         assert families["pgq_listen_reconnects_total"].value() == 0
         with psycopg.connect(pgq_dsn, autocommit=True) as conn:
             killed = conn.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE '%LISTEN pgq%'"
+                f"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE {LISTENER}".encode()
             ).fetchone()
         assert killed == (1,)
         families = wait_for(families_when(port, lambda f: f["pgq_listen_reconnects_total"].value() == 1
