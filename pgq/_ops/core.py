@@ -100,11 +100,10 @@ WRITING_STATEMENTS: tuple[str, ...] = (
     "worker_register", "worker_seen", "worker_unregister",
 )
 READ_ONLY_STATEMENTS: tuple[str, ...] = (
-    "dashboard_concurrency_limits", "dashboard_failed_groups", "dashboard_finished", "dashboard_group_limits",
-    "dashboard_guard",
+    "dashboard_concurrency_limits", "dashboard_failed_groups", "dashboard_finished", "dashboard_guard",
     "dashboard_job_bounds", "dashboard_jobs", "dashboard_queue_names", "dashboard_queues", "dashboard_rate_limits",
-    "dashboard_rights", "dashboard_running", "dashboard_ticks", "dashboard_workers", "job_dependencies",
-    "job_explain", "job_get", "job_lease_check", "job_list", "job_next_run_at", "job_select_where",
+    "dashboard_rights", "dashboard_running", "dashboard_ticks", "dashboard_workers", "group_limits_list",
+    "job_dependencies", "job_explain", "job_get", "job_lease_check", "job_list", "job_next_run_at", "job_select_where",
     "job_trace_context_get", "key_is_dirty", "ping", "queue_backlog", "queue_exists", "queue_live_workers",
     "queue_stats", "queue_unknown_kinds", "schema_check", "session_utc", "stalled_session_end", "transaction_guard",
     "worker_list",

@@ -7,13 +7,18 @@ import argparse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from psycopg.rows import dict_row
+
+from .. import _sql
 from .._ops.admin import parse_rate
 from .common import EXIT_OK, EXIT_USAGE, CliError, Commands, Formatter, open_queue, queue_exists, warn
 from .render import cell, format_age, print_rows, render_table, seconds_of
 
-__all__ = ["format_queues", "register"]
+__all__ = ["format_group_limits", "format_queues", "register"]
 
 QUEUE_COLUMNS = ("QUEUE", "STATE", "READY", "SCHEDULED", "RUNNING", "FAILED", "OLDEST", "PAUSED SINCE")
+GROUP_LIMIT_COLUMNS = ("KIND", "CONCURRENCY", "RATE", "RUNNING", "IN GROUPS", "UPDATED")
+_WINDOW_UNITS = {1.0: "s", 60.0: "min", 3600.0: "h", 86400.0: "d"}
 
 
 def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
@@ -24,7 +29,7 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
         help="list queues, pause or resume one, set group limits",
         description=(
             "List the queues, pause and resume one, or set the per-group limits of a job kind\n"
-            "(group-limits). A paused queue keeps accepting jobs, and\n"
+            "(group-limits; without KIND it lists them). A paused queue keeps accepting jobs, and\n"
             "its running jobs finish, but no worker anywhere starts another of its jobs until it is\n"
             "resumed; workers need no restart. The state is stored in the database\n"
             "(table pgq.paused_queues; SQL: SELECT pgq.pause('name'), SELECT pgq.resume('name'))."
@@ -60,18 +65,22 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
 
     q = actions.add_parser(
         "group-limits", parents=[dsn], formatter_class=Formatter,
-        help="set or remove the per-group limits of a kind",
+        help="list the per-group limits, or set or remove those of a kind",
         description="Set the per-group limits of jobs of KIND: at most --concurrency running jobs and at\n"
                     "most --rate starts per group key (a job's group_key), across all workers. Exact:\n"
                     "the claim enforces them. An option left out means no such limit; --remove removes\n"
-                    "both. Stored in table pgq.group_limits (Python: Queue.set_group_limits).",
+                    "both. Stored in table pgq.group_limits (Python: Queue.set_group_limits).\n"
+                    "Without KIND and options: list the kinds that have group limits, with their grouped\n"
+                    "jobs running now and how many groups those belong to.",
     )
-    q.add_argument("kind", metavar="KIND", help="job kind (task name)")
+    q.add_argument("kind", metavar="KIND", nargs="?", default=None, help="job kind (task name)")
     q.add_argument("--concurrency", metavar="N", type=int, default=None,
                    help="at most N running jobs of KIND per group key")
     q.add_argument("--rate", metavar="RATE", default=None,
                    help="at most so many starts per group key and window: 10/s, 5/min, 1000/h, 10/2s")
     q.add_argument("--remove", action="store_true", help="remove the kind's group limits")
+    q.add_argument("--json", action="store_true",
+                   help="list as a JSON array (per_s: the rate's window in seconds) instead of a table")
     q.set_defaults(handler=cmd_queue_group_limits)
 
 
@@ -90,6 +99,31 @@ def format_queues(rows: Sequence[Mapping[str, Any]]) -> str:
         for r in rows
     ]
     return render_table(QUEUE_COLUMNS, body, right=range(2, 7))
+
+
+def format_rate(max_starts: int, per_s: float) -> str:
+    """A rate limit as `--rate` takes it: ``10/s``, ``5/min``, ``1000/h``, ``10/d``, else ``10/90s``."""
+    unit = _WINDOW_UNITS.get(per_s)
+    return f"{max_starts}/{unit}" if unit else f"{max_starts}/{per_s:g}s"
+
+
+def format_group_limits(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Render rows of sql/group_limits_list.sql as the `pgq queue group-limits` table ("-": no such
+    limit; "no group limits" when empty)."""
+    if not rows:
+        return "no group limits (set some with: pgq queue group-limits KIND --concurrency N --rate RATE)"
+    body = [
+        [
+            cell(str(r["kind"])),
+            "-" if r["max_running"] is None else str(r["max_running"]),
+            "-" if r["max_starts"] is None else format_rate(r["max_starts"], r["per_s"]),
+            str(r["running"]),
+            str(r["running_groups"]),
+            r["updated_at"].isoformat(sep=" ", timespec="seconds"),
+        ]
+        for r in rows
+    ]
+    return render_table(GROUP_LIMIT_COLUMNS, body, right=range(1, 5))
 
 
 def cmd_queue_list(args: argparse.Namespace) -> int:
@@ -121,8 +155,20 @@ def cmd_queue_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_queue_group_limits(args: argparse.Namespace) -> int:
-    """`pgq queue group-limits KIND`: checks every option before connecting, then sets the limits."""
+    """`pgq queue group-limits [KIND]`: without KIND (and options) lists the kinds' group limits;
+    with it, checks every option before connecting, then sets the limits."""
     given = args.concurrency is not None or args.rate is not None
+    if args.kind is None:
+        if given or args.remove:
+            raise CliError("--concurrency, --rate and --remove need a KIND", EXIT_USAGE)
+        with open_queue(args) as queue, queue.pool.connection() as conn:
+            found = conn.cursor(row_factory=dict_row).execute(_sql.query("group_limits_list")).fetchall()
+        # A row with neither limit only keeps a grouped kind's turn (the claim adds it): not a limit.
+        rows = [r for r in found if r["max_running"] is not None or r["max_starts"] is not None]
+        print_rows(rows, args.json, format_group_limits)
+        return EXIT_OK
+    if args.json:
+        raise CliError("--json lists the group limits: give no KIND", EXIT_USAGE)
     if given == args.remove:
         raise CliError("give --concurrency and/or --rate, or --remove", EXIT_USAGE)
     if args.concurrency is not None and args.concurrency < 1:

@@ -429,7 +429,7 @@ class Limits:
     """Concurrency limits with the running jobs of each kind, rate limits with the starts in each
     window, per-group limits with the grouped jobs running and their groups
     (sql/dashboard_concurrency_limits.sql, sql/dashboard_rate_limits.sql,
-    sql/dashboard_group_limits.sql)."""
+    sql/group_limits_list.sql)."""
 
     now: dt.datetime
     concurrency: list[dict[str, Any]]
@@ -444,7 +444,7 @@ def limits() -> _ops.Operation[Limits]:
         now = yield from _guard()
         concurrency = yield _ops.Stmt("dashboard_concurrency_limits", {})
         rate = yield _ops.Stmt("dashboard_rate_limits", {})
-        group = yield _ops.Stmt("dashboard_group_limits", {})
+        group = yield _ops.Stmt("group_limits_list", {})
         return Limits(now, [dict(r) for r in concurrency], [dict(r) for r in rate], [dict(r) for r in group])
 
     return _read("dashboard_limits", steps)

@@ -414,6 +414,9 @@ BEGIN
     IF sequence_key = '' THEN
         RAISE EXCEPTION 'sequence_key must not be empty' USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF group_key = '' THEN
+        RAISE EXCEPTION 'group_key must not be empty' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF on_conflict IS NULL OR on_conflict NOT IN ('ignore', 'replace') THEN
         RAISE EXCEPTION 'on_conflict must be ''ignore'' or ''replace'', got %', coalesce(on_conflict, 'NULL')
             USING ERRCODE = 'invalid_parameter_value';

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 from pgq import Queue
 
 from ..conftest import SQL
@@ -65,6 +67,36 @@ def test_group_limits_are_set_and_removed_and_bad_input_writes_nothing(cli: CLI,
     removed = cli("queue", "group-limits", "sync", "--remove", "--dsn", pgq_dsn)
     assert removed.out == "kind sync: no group limits\n"
     assert db("SELECT count(*) AS n FROM pgq.group_limits") == [{"n": 0}]
+
+
+def test_group_limits_without_a_kind_lists_the_kinds_that_have_them(cli: CLI, pgq_dsn: str, pgq_queue: Queue,
+                                                                      db: SQL) -> None:
+    empty = cli("queue", "group-limits", "--dsn", pgq_dsn)
+    assert empty.code == 0 and empty.out.startswith("no group limits")
+    pgq_queue.set_group_limits("sync", concurrency=2, rate="5/min")
+    pgq_queue.set_group_limits("mail", rate="10/90s")
+    for group in ("a", "b", "b"):
+        pgq_queue.enqueue("sync", group_key=group)
+    pgq_queue.enqueue("free", group_key="x")  # a grouped kind without limits: the claim adds a turn-only row
+    assert len(pgq_queue.claim(worker="w", limit=10)) == 4  # all: within 2 running and 5 starts per group
+    assert db("SELECT count(*) AS n FROM pgq.group_limits") == [{"n": 3}]
+    listed = cli("queue", "group-limits", "--dsn", pgq_dsn)
+    assert listed.code == 0, listed.err
+    assert [line.split()[:5] for line in listed.out.splitlines()] == [
+        ["KIND", "CONCURRENCY", "RATE", "RUNNING", "IN"],
+        ["mail", "-", "10/90s", "0", "0"],
+        ["sync", "2", "5/min", "3", "2"],
+    ]
+    as_json = json.loads(cli("queue", "group-limits", "--json", "--dsn", pgq_dsn).out)
+    assert [(r["kind"], r["max_running"], r["max_starts"], r["per_s"], r["running"], r["running_groups"])
+            for r in as_json] == [("mail", None, 10, 90.0, 0, 0), ("sync", 2, 5, 60.0, 3, 2)]
+    for args, message in ((["--remove"], "need a KIND"), (["--concurrency", "1"], "need a KIND"),
+                          (["sync", "--json", "--concurrency", "1"], "--json lists the group limits")):
+        bad = cli("queue", "group-limits", *args, "--dsn", pgq_dsn)
+        assert bad.code == 2 and message in bad.err and "Traceback" not in bad.err
+    assert db("SELECT kind, max_running FROM pgq.group_limits ORDER BY kind") == [
+        {"kind": "free", "max_running": None}, {"kind": "mail", "max_running": None},
+        {"kind": "sync", "max_running": 2}]
 
 
 def test_enqueue_with_a_group_key_shows_it_in_jobs_show(cli: CLI, pgq_dsn: str) -> None:

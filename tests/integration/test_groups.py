@@ -77,6 +77,12 @@ def test_a_bad_group_key_is_refused_before_anything_is_written(pgq_queue: Queue,
     assert db("SELECT count(*) AS n FROM pgq.jobs") == [{"n": 0}]
     with pytest.raises(psycopg.errors.CheckViolation):  # nor through SQL: an empty key, or an unmarked row
         db("INSERT INTO pgq.jobs (kind, group_key, limited) VALUES ('k', 'g', false)")
+    for call in ("pgq.enqueue('k', group_key => '')",  # the SQL API says which argument, whichever path
+                 "pgq.enqueue('k', group_key => '', dedupe_key => 'd', unique_for => '1 hour')",
+                 "pgq.enqueue('k', group_key => '', sequence_key => 's')"):
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="group_key must not be empty"):
+            db(f"SELECT {call}")
+    assert db("SELECT count(*) AS n FROM pgq.jobs") == [{"n": 0}]
 
 
 def test_group_limits_are_set_replaced_and_removed(pgq_queue: Queue, db: SQL) -> None:

@@ -1,4 +1,4 @@
--- dashboard_group_limits: each kind's per-group limits (pgq.group_limits; NULL: no such limit, and a
+-- group_limits_list: each kind's per-group limits (pgq.group_limits; NULL: no such limit, and a
 -- row with neither only keeps the kind's turn, added by the claim for a grouped kind without
 -- limits), with its grouped jobs running now and the groups they belong to (jobs_running_group_idx),
 -- and the group after which the kind's next claim starts its walk (turn_after).
