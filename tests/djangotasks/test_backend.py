@@ -5,10 +5,12 @@ Django's API, and the dashboard answers staff only."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import psycopg
 import pytest
@@ -143,6 +145,34 @@ def test_the_dashboard_answers_staff_only_and_pgq_migrate_reports_the_revision(p
     assert page.status_code == 200, page.content[:500]
     assert b"shop jobs" in page.content and b'href="/ops/pgq/' in page.content  # links follow the mount path
     assert client.get("/ops/pgq/api/queues").status_code == 200
+
+    # Actions (POST) pass through the mount too: the dashboard's own CSRF cookie and token, and staff only.
+    with psycopg.connect(project, autocommit=True) as conn:
+        [kept, cancelled] = [conn.execute("SELECT pgq.enqueue('shop.ship', '{}', 'shop')").fetchone()[0]
+                             for _ in range(2)]
+    form = client.get(f"/ops/pgq/jobs/{cancelled}")
+    assert form.status_code == 200
+    token = re.search(r'name="csrf_token" value="([^"]+)"', form.content.decode())
+    assert token and client.cookies.get("pgq_csrf"), form.headers  # the cookie reached Django's client
+    assert client.cookies["pgq_csrf"]["path"] == "/ops/pgq"
+
+    def cancel(job_id: int, token: str, **headers: str) -> Any:
+        """POST the job page's cancel form, urlencoded as a browser sends it."""
+        return client.post(f"/ops/pgq/jobs/{job_id}/cancel", urlencode({"csrf_token": token}),
+                           content_type="application/x-www-form-urlencoded", headers=headers)
+
+    done = cancel(cancelled, token.group(1), Origin="http://testserver")
+    assert done.status_code == 303, " ".join(re.sub(r"<[^>]+>", " ", done.content.decode()).split())
+    assert done["Location"].startswith(f"/ops/pgq/jobs/{cancelled}")
+    assert cancel(kept, "forged").status_code == 403
+    assert cancel(kept, token.group(1), Origin="https://evil.example").status_code == 403
+    client.logout()
+    anonymous_post = cancel(kept, token.group(1))
+    assert anonymous_post.status_code == 302 and anonymous_post["Location"].startswith("/admin/login/")
+    with psycopg.connect(project, autocommit=True) as conn:
+        statuses = conn.execute("SELECT id, status::text FROM pgq.jobs WHERE id IN (%s, %s) ORDER BY id",
+                                (kept, cancelled)).fetchall()
+    assert statuses == [(kept, "queued"), (cancelled, "cancelled")]
 
     from io import StringIO
 

@@ -10,7 +10,9 @@ Every page and action then needs a logged-in staff user (`staff_member_required`
 the admin's login page). The dashboard (`pgq.web.create_app`, an ASGI app) runs on an event loop
 thread of its own in the Django process, and each request is handed to it whole; its pages and
 links follow the mount path. Its forms carry their own CSRF tokens (Django's CSRF middleware leaves
-these URLs alone). Its database role decides what it may do, as with `pgq dashboard`.
+these URLs alone), and a form's Origin must be the site as Django sees it (`request.scheme` and
+`request.get_host()`, so proxy settings such as USE_X_FORWARDED_HOST apply). Its database role
+decides what it may do, as with `pgq dashboard`.
 """
 
 from __future__ import annotations
@@ -73,8 +75,12 @@ class _Bridge:
             "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": request.method,
             "scheme": request.scheme, "path": full, "raw_path": full.encode(), "root_path": root,
             "query_string": request.META.get("QUERY_STRING", "").encode("latin-1"),
-            "headers": [(name.lower().encode("latin-1"), value.encode("latin-1"))
-                        for name, value in request.headers.items()],
+            # Host as Django sees it (validated against ALLOWED_HOSTS, X-Forwarded-Host where the
+            # settings trust it), with request.scheme: the origin the dashboard's CSRF check compares a
+            # form's Origin with, as Django's own check does.
+            "headers": [(b"host", request.get_host().encode("latin-1")),
+                        *((name.lower().encode("latin-1"), value.encode("latin-1"))
+                          for name, value in request.headers.items() if name.lower() != "host")],
             "client": (request.META.get("REMOTE_ADDR", ""), 0),
             "server": (request.get_host().rsplit(":", 1)[0], int(request.get_port())),
         }
@@ -86,7 +92,11 @@ class _Bridge:
             return HttpResponse("the pgq dashboard did not answer in time", status=504)
         response = HttpResponse(body, status=status)
         for name, value in headers:
-            if name.lower() != "content-length":
+            if name.lower() == "set-cookie":
+                # Django keeps cookies apart from the headers (one header per name would keep only
+                # the last cookie, and its test client reads only response.cookies).
+                response.cookies.load(value)
+            elif name.lower() != "content-length":
                 response[name] = value
         return response
 
