@@ -42,6 +42,7 @@ from .bulk import (
     JobFilter,
     bulk,
     bulk_ids,
+    given_filter,
     is_error_line,
 )
 from .core import READ_ONLY_STATEMENTS, WRITING_STATEMENTS, Fetch, Operation, Steps, Stmt
@@ -120,6 +121,7 @@ __all__ = [
     "explain",
     "fail",
     "get",
+    "given_filter",
     "heartbeat",
     "is_dirty",
     "is_error_line",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeGuard
 
@@ -119,6 +119,17 @@ def _after(action: BulkAction, ids: list[int]) -> Steps[None]:
     # settle step (each second) would do it.
     if action == "cancel":
         yield Stmt("job_after_finish", {"ids": ids}, fetch="none")
+
+
+def given_filter(action: BulkAction, filters: Mapping[str, Any], *, dry_run: bool) -> JobFilter:
+    """The JobFilter of the keyword `filters` of `Queue.<action>_where`. Raises InvalidJob when none
+    is given (each None) unless `dry_run`: acting on every job must be asked for, with `status`, as
+    `pgq jobs <action>` asks for it."""
+    if not dry_run and all(value is None for value in filters.values()):
+        statuses = ", ".join(repr(s.value) for s in BULK_STATUSES[action])
+        raise InvalidJob(f"{action}_where needs at least one filter (queue=, kind=, status=, ...); to {action} "
+                         f"every job it applies to, say so with status=[{statuses}]")
+    return JobFilter(**filters)
 
 
 def bulk(action: BulkAction, where: JobFilter, *, batch: int = BULK_BATCH, dry_run: bool = False,

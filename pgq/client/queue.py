@@ -497,8 +497,8 @@ class Queue:
         """Cancel every waiting, queued or running job matching all the given filters, as `cancel`
         does one: dependents follow, running handlers are interrupted. Filters and options: see
         `retry_where`."""
-        return self._run(_ops.bulk("cancel", _ops.JobFilter(**filters), batch=batch, dry_run=dry_run,
-                                         actor=actor, progress=progress))
+        where = _ops.given_filter("cancel", filters, dry_run=dry_run)
+        return self._run(_ops.bulk("cancel", where, batch=batch, dry_run=dry_run, actor=actor, progress=progress))
 
     def retry_where(self, *, dry_run: bool = False, batch: int = _ops.BULK_BATCH, actor: str | None = None,
                           progress: Callable[[BulkResult], None] | None = None,
@@ -506,7 +506,7 @@ class Queue:
         """Retry every failed or cancelled job matching all the given filters, as `retry` does one
         (a job whose dedupe key an active job holds is skipped).
 
-        Filters (JobFilters; absent: any): `queue`, `kind`; `status`, one or several of the statuses
+        Filters (JobFilters; absent: any, but give one): `queue`, `kind`; `status`, one or several of the statuses
         the action applies to (the default: all of them); `error`, a case-insensitive substring of
         the last error; `payload`, a JSON value the payload contains (`@>`); `created_after`,
         `created_before`, `finished_after`, `finished_before`: ranges (after <= t < before,
@@ -515,10 +515,11 @@ class Queue:
         call cut short leaves its batches done and can be run again. Each batch is recorded in
         pgq.job_audit (the jobs, the filters, `actor` and the database role). `dry_run`: only count
         the matching jobs. `progress(result so far)` after each batch. Returns the counts
-        (BulkResult). Raises InvalidJob for a bad filter, before anything is sent; needs an
-        administrator's rights."""
-        return self._run(_ops.bulk("retry", _ops.JobFilter(**filters), batch=batch, dry_run=dry_run,
-                                         actor=actor, progress=progress))
+        (BulkResult). Raises InvalidJob for a bad filter, or for none at all unless `dry_run` (to act
+        on every job, say so with `status`), before anything is sent; needs an administrator's
+        rights."""
+        where = _ops.given_filter("retry", filters, dry_run=dry_run)
+        return self._run(_ops.bulk("retry", where, batch=batch, dry_run=dry_run, actor=actor, progress=progress))
 
     def delete_where(self, *, dry_run: bool = False, batch: int = _ops.BULK_BATCH, actor: str | None = None,
                            progress: Callable[[BulkResult], None] | None = None,
@@ -526,8 +527,8 @@ class Queue:
         """Delete every finished (succeeded, failed, cancelled) job matching all the given filters,
         with its dependency rows, as a purge does; rows another transaction holds are skipped.
         Filters and options: see `retry_where`."""
-        return self._run(_ops.bulk("delete", _ops.JobFilter(**filters), batch=batch, dry_run=dry_run,
-                                         actor=actor, progress=progress))
+        where = _ops.given_filter("delete", filters, dry_run=dry_run)
+        return self._run(_ops.bulk("delete", where, batch=batch, dry_run=dry_run, actor=actor, progress=progress))
 
     def workers(self) -> builtins.list[WorkerInfo]:
         """The worker registry (pgq.workers): every registered worker, live ones first, each with its

@@ -4,12 +4,13 @@ exactly once while workers claim and fail jobs concurrently."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import threading
 
 import pytest
 
-from pgq import BulkResult, InvalidJob, JobStatus, Queue
+from pgq import AsyncQueue, BulkResult, InvalidJob, JobStatus, Queue
 from pgq.models import JSON
 
 from .conftest import SQL
@@ -105,6 +106,31 @@ def test_bad_filters_are_refused_before_anything_is_written(pgq_queue: Queue, db
     assert db("SELECT status::text FROM pgq.jobs") == [{"status": "failed"}]
 
 
+def test_a_bulk_action_without_any_filter_is_refused_unless_a_dry_run(pgq_dsn: str, pgq_queue: Queue,
+                                                                     db: SQL) -> None:
+    failed(pgq_queue, 2)
+    pgq_queue.enqueue("k")
+    for where in (pgq_queue.retry_where, pgq_queue.cancel_where, pgq_queue.delete_where):
+        with pytest.raises(InvalidJob, match=r"needs at least one filter.*say so with status="):
+            where()
+        with pytest.raises(InvalidJob, match="needs at least one filter"):
+            where(queue=None, kind=None)  # filters passed along but all absent
+    assert db("SELECT count(*) AS n FROM pgq.job_audit") == [{"n": 0}]
+    assert db("SELECT status::text, count(*) AS n FROM pgq.jobs GROUP BY 1 ORDER BY 1") == [
+        {"status": "failed", "n": 2}, {"status": "queued", "n": 1}]
+    assert pgq_queue.retry_where(dry_run=True).matched == 2  # counting every job changes nothing
+
+    async def async_twins() -> None:
+        async with AsyncQueue(pgq_dsn, min_size=1, max_size=1) as q:
+            for where in (q.retry_where, q.cancel_where, q.delete_where):
+                with pytest.raises(InvalidJob, match="needs at least one filter"):
+                    await where()
+
+    asyncio.run(async_twins())
+    assert db("SELECT count(*) AS n FROM pgq.job_audit") == [{"n": 0}]
+    assert pgq_queue.cancel_where(status="queued").changed == 1  # every queued job, asked for by status
+
+
 def test_retry_where_skips_dedupe_keys_held_and_waits_for_parents_retried_with_it(pgq_queue: Queue,
                                                                                   db: SQL) -> None:
     keyed = [pgq_queue.enqueue("k", queue="q", dedupe_key="same", max_attempts=1) for _ in range(1)]
@@ -122,7 +148,7 @@ def test_retry_where_skips_dedupe_keys_held_and_waits_for_parents_retried_with_i
     [claim] = pgq_queue.claim(worker="w", queues=["dag"])
     pgq_queue.fail(claim, "x")  # cancels the child
 
-    result = pgq_queue.retry_where()
+    result = pgq_queue.retry_where(status=["failed", "cancelled"])  # every job it applies to, said so
 
     assert (result.matched, result.changed) == (5, 3)
     assert statuses(db, [*keyed, held, parent, child]) == {
