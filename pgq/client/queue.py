@@ -506,18 +506,17 @@ class Queue:
         """Retry every failed or cancelled job matching all the given filters, as `retry` does one
         (a job whose dedupe key an active job holds is skipped).
 
-        Filters (JobFilters; absent: any, but give one): `queue`, `kind`; `status`, one or several of the statuses
-        the action applies to (the default: all of them); `error`, a case-insensitive substring of
-        the last error; `payload`, a JSON value the payload contains (`@>`); `created_after`,
-        `created_before`, `finished_after`, `finished_before`: ranges (after <= t < before,
-        timezone-aware). Works in batches of `batch` jobs, each its own short transaction (no
-        transaction locks more than one batch), lowest ids first, each job at most once per call; a
-        call cut short leaves its batches done and can be run again. Each batch is recorded in
-        pgq.job_audit (the jobs, the filters, `actor` and the database role). `dry_run`: only count
-        the matching jobs. `progress(result so far)` after each batch. Returns the counts
-        (BulkResult). Raises InvalidJob for a bad filter, or for none at all unless `dry_run` (to act
-        on every job, say so with `status`), before anything is sent; needs an administrator's
-        rights."""
+        Filters (JobFilters; absent: any, but give one): `queue`, `kind`; `status`, one or several of
+        the statuses the action applies to (the default: all of them); `error`, a case-insensitive
+        substring of the last error; `payload`, a JSON value the payload contains (`@>`);
+        `created_after`, `created_before`, `finished_after`, `finished_before`: ranges (after <= t <
+        before, timezone-aware). Works in batches of `batch` jobs, each its own short transaction (no
+        transaction locks more than one batch), lowest ids first, each job at most once per call; a call
+        cut short leaves its batches done and can be run again. Each batch is recorded in pgq.job_audit
+        (the jobs, the filters, `actor` and the database role). `dry_run`: only count the matching jobs.
+        `progress(result so far)` after each batch. Returns the counts (BulkResult). Raises InvalidJob
+        for a bad filter, or for none at all unless `dry_run` (to act on every job, say so with
+        `status`), before anything is sent; needs an administrator's rights."""
         where = _ops.given_filter("retry", filters, dry_run=dry_run)
         return self._run(_ops.bulk("retry", where, batch=batch, dry_run=dry_run, actor=actor, progress=progress))
 
