@@ -189,8 +189,9 @@ def test_chaos_kills_and_a_server_crash_lose_nothing_and_finish_nothing_twice(
                            "succeeded_before": done, "alive": {w.pid for w in workers}}
                 restart["db_time"] = db.rows("SELECT pg_postmaster_start_time() AS t")[0]["t"]
             elif restart and not freeze and done >= TOTAL * FREEZE_AFTER:
-                freeze = _freeze_busiest(db, workers, started)
-                spared[freeze["slot"]] = float("inf")
+                freeze = _freeze_busiest(db, workers, started)  # {}: try again on the next round
+                if freeze:
+                    spared[freeze["slot"]] = float("inf")
             elif freeze and "thawed_s" not in freeze and _time_to_thaw(db, freeze, now):
                 workers[freeze["slot"]].signal(signal.SIGCONT)  # back from the dead, with stale leases
                 freeze["thawed_s"] = round(now - started, 1)
@@ -257,17 +258,41 @@ def test_chaos_kills_and_a_server_crash_lose_nothing_and_finish_nothing_twice(
 
 def _freeze_busiest(db: Database, workers: list[WorkerProcess], started: float) -> dict[str, Any]:
     """SIGSTOP the worker with the most running jobs (at least one); return what the test needs,
-    with the ids of the jobs it holds (read once it is stopped, so it takes no more)."""
+    with the ids of the jobs it holds, or {} (after SIGCONT) when it turned out to hold none.
+
+    The ids are read once the worker is stopped and what it sent before has settled: a statement
+    already on its way still completes in the server. Most often that is an acknowledgement of jobs
+    it had finished, and then the jobs read as running at the stop are not its to lose. (A CI run
+    froze a worker whose 373 running jobs had all succeeded 0.1 s later, none run elsewhere: an
+    acknowledgement on its way. The thaw came at once, with nothing for the server to refuse, and the
+    test failed.) So the set is read until two reads 0.3 s apart agree."""
     names = {w.log_path.stem: slot for slot, w in enumerate(workers)}
     rows = db.rows("SELECT claimed_by FROM pgq.jobs WHERE status = 'running' AND claimed_by = ANY(%s) "
                    "GROUP BY 1 ORDER BY count(*) DESC LIMIT 1", (list(names),))
     assert rows, f"no worker is running anything at {FREEZE_AFTER:.0%} of the run"
     name = rows[0]["claimed_by"]
-    workers[names[name]].signal(signal.SIGSTOP)
-    ids = [r["id"] for r in db.rows("SELECT id FROM pgq.jobs WHERE status = 'running' AND claimed_by = %s",
-                                    (name,))]
-    return {"slot": names[name], "name": name, "ids": ids, "at_s": round(time.monotonic() - started, 1),
-            "since": time.monotonic()}
+    worker = workers[names[name]]
+    worker.signal(signal.SIGSTOP)
+    stopped_at = time.monotonic()
+
+    def held() -> list[int]:
+        return [r["id"] for r in db.rows(
+            "SELECT id FROM pgq.jobs WHERE status = 'running' AND claimed_by = %s ORDER BY id", (name,))]
+
+    ids = held()
+    settle_until = time.monotonic() + 5.0
+    while True:
+        time.sleep(0.3)
+        again = held()
+        if again == ids:
+            break
+        assert time.monotonic() < settle_until, f"the jobs of the stopped worker {name} kept changing for 5 s"
+        ids = again
+    if not ids:
+        worker.signal(signal.SIGCONT)
+        return {}
+    return {"slot": names[name], "name": name, "ids": ids, "at_s": round(stopped_at - started, 1),
+            "since": stopped_at}
 
 
 def _time_to_thaw(db: Database, freeze: dict[str, Any], now: float) -> bool:
