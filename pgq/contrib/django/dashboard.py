@@ -71,18 +71,19 @@ class _Bridge:
         loop, app = self._started()
         full = request.path
         root = full[: len(full) - len(path)].rstrip("/")
+        # Host as Django sees it (validated against ALLOWED_HOSTS, X-Forwarded-Host where the settings
+        # trust it), with request.scheme: the origin the dashboard's CSRF check compares a form's Origin
+        # with, as Django's own check does.
+        host = request.get_host()
         scope: Scope = {
             "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": request.method,
             "scheme": request.scheme, "path": full, "raw_path": full.encode(), "root_path": root,
             "query_string": request.META.get("QUERY_STRING", "").encode("latin-1"),
-            # Host as Django sees it (validated against ALLOWED_HOSTS, X-Forwarded-Host where the
-            # settings trust it), with request.scheme: the origin the dashboard's CSRF check compares a
-            # form's Origin with, as Django's own check does.
-            "headers": [(b"host", request.get_host().encode("latin-1")),
+            "headers": [(b"host", host.encode("latin-1")),
                         *((name.lower().encode("latin-1"), value.encode("latin-1"))
                           for name, value in request.headers.items() if name.lower() != "host")],
             "client": (request.META.get("REMOTE_ADDR", ""), 0),
-            "server": (request.get_host().rsplit(":", 1)[0], int(request.get_port())),
+            "server": (host.rsplit(":", 1)[0], int(request.get_port())),
         }
         future = asyncio.run_coroutine_threadsafe(_call(app, scope, request.body), loop)
         try:
