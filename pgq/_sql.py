@@ -40,5 +40,8 @@ def query(name: str) -> LiteralString:
 
 
 def schema_file(name: str) -> str:
-    """Return the DDL text of `sql/schema/<name>` (used by the alembic revisions)."""
-    return (data_dir("sql") / "schema" / name).read_text(encoding="utf-8")
+    """Return the DDL text of `sql/schema/<name>` (used by the alembic revisions), with each
+    `-- pgq:function` directive replaced by the function definition it names (pgq._schema.expand)."""
+    from ._schema import expand
+
+    return expand(name, (data_dir("sql") / "schema" / name).read_text(encoding="utf-8"))
