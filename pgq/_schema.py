@@ -22,7 +22,7 @@ from typing import Final
 
 from ._sql import data_dir
 
-__all__ = ["DIRECTIVE", "expand", "function_path", "previous_revision", "revisions_defining"]
+__all__ = ["DIRECTIVE", "expand", "function_path", "previous_revision", "revisions_defining", "schema_file"]
 
 DIRECTIVE: Final = re.compile(
     r"^-- pgq:function (?P<name>[a-z_][a-z0-9_]*)(?P<previous>@previous)?[ \t]*$", re.MULTILINE
@@ -109,6 +109,12 @@ def expand(file_name: str, text: str, sql_dir: Path | None = None) -> str:
         return function_path(name, source, sql_dir).read_text(encoding="utf-8").rstrip("\n")
 
     return DIRECTIVE.sub(replace, text)
+
+
+def schema_file(name: str) -> str:
+    """Return the DDL text of `sql/schema/<name>` (used by the alembic revisions), each directive
+    replaced by the function definition it names (see `expand` for its errors)."""
+    return expand(name, (_sql_dir() / "schema" / name).read_text(encoding="utf-8"))
 
 
 HASHES: Final = "schema/function-hashes.txt"

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any, Final
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from ._sql import data_dir, schema_file
+from ._schema import schema_file
+from ._sql import data_dir
 from .errors import NotMigrated, PgqError
 
 if TYPE_CHECKING:

@@ -13,7 +13,8 @@ import psycopg
 import pytest
 
 from pgq import _schema, migrate
-from pgq._sql import data_dir, schema_file
+from pgq._schema import schema_file
+from pgq._sql import data_dir
 from tests.migrations.test_migrations import schema_snapshot
 
 SQL = data_dir("sql")
