@@ -249,8 +249,9 @@ def cmd_demo(args: list[str]) -> int:
 
 
 def cmd_sql_convert(args: list[str]) -> int:
-    """Convert old-style revisions to function includes (tools/sql_convert.py), with this Python."""
-    return run(sys.executable, str(ROOT / "tools" / "sql_convert.py"), *args)
+    """Convert old-style revisions to function includes (tools/sql_convert.py)."""
+    ensure_venv()
+    return run(PYTHON, str(ROOT / "tools" / "sql_convert.py"), *args)
 
 
 def main() -> int:
