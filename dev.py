@@ -8,6 +8,8 @@
     python3 dev.py history [JOBS]   the full randomized run under faults and kills (default 100,000
                                     jobs), checked against its recorded history; CI runs 6,000
     python3 dev.py soak [ARGS...]   bench/soak.py: 30 minutes of steady enqueue and drain, a line a minute
+    python3 dev.py sql-convert NNNN [--check]  turn revision NNNN's written-out function bodies into
+                                    `-- pgq:function` includes (tools/sql_convert.py; see sql/README.md)
     python3 dev.py django6 [ARGS...]  tests/djangotasks on Django 6 (its own django.tasks) in .venv-django6,
                                     with the first Python 3.12+ found; skipped, saying so, without one
 
@@ -246,9 +248,15 @@ def cmd_demo(args: list[str]) -> int:
     return run(PYTHON, "-m", "pgq", "demo", *args)
 
 
+def cmd_sql_convert(args: list[str]) -> int:
+    """Convert old-style revisions to function includes (tools/sql_convert.py)."""
+    ensure_venv()
+    return run(PYTHON, str(ROOT / "tools" / "sql_convert.py"), *args)
+
+
 def main() -> int:
     commands = {"test": cmd_test, "demo": cmd_demo, "matrix": cmd_matrix, "history": cmd_history, "soak": cmd_soak,
-                "django6": cmd_django6}
+                "django6": cmd_django6, "sql-convert": cmd_sql_convert}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         print(__doc__)
         return 2

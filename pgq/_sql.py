@@ -3,7 +3,8 @@
 The `.sql` files are the product: one operation per file under `sql/`, named parameters in psycopg's
 `%(name)s` style, comments that say why. In a built wheel they live in `pgq/_data/sql` (hatch's
 force-include); in a source checkout they are at the repository's top level. `data_dir()` hides that
-difference for the SQL files and for the alembic environment alike.
+difference for the SQL files and for the alembic environment alike. The migrations' files are read
+by pgq._schema, which assembles them from their function definitions.
 """
 
 from __future__ import annotations
@@ -38,7 +39,3 @@ def query(name: str) -> LiteralString:
     text: LiteralString = (data_dir("sql") / f"{name}.sql").read_text(encoding="utf-8")
     return text
 
-
-def schema_file(name: str) -> str:
-    """Return the DDL text of `sql/schema/<name>` (used by the alembic revisions)."""
-    return (data_dir("sql") / "schema" / name).read_text(encoding="utf-8")

@@ -60,7 +60,7 @@ class WorkerInfo:
 REASONS: Final = ("finished", "running", "scheduled", "sequence_held", "waiting_for_parents", "queue_paused",
                   "concurrency_limit_full", "rate_limit_full", "group_concurrency_limit_full",
                   "group_rate_limit_full", "no_live_worker", "unknown_kind", "ready")
-"""The reason codes of `pgq.explain`, in the order it reports them (see sql/schema/0013_operations.up.sql;
+"""The reason codes of `pgq.explain`, in the order it reports them (see sql/functions/explain.sql;
 "sequence_held", a job waiting on its sequence's previous job, "held by job N", and the two full group
 limits of a grouped job are revision 0017's)."""
 

@@ -2,7 +2,8 @@
 
 pgq ships its alembic environment as package data (`alembic/` in a checkout, `pgq/_data/alembic` in a
 wheel) and builds the alembic `Config` here, so users never need an `alembic.ini`. Every revision
-executes a DDL file from `sql/schema/`, the single source of truth for the schema.
+executes a DDL file from `sql/schema/`, with the function definitions of `sql/functions/` (and the
+superseded ones kept in `sql/schema/NNNN/functions/`) it includes (pgq._schema, sql/README.md).
 
 pgq keeps its own version table, `pgq.alembic_version`, so its history never collides with the
 alembic history of the application that shares the database. Migrations take the advisory lock
@@ -24,7 +25,8 @@ from typing import TYPE_CHECKING, Any, Final
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from ._sql import data_dir, schema_file
+from ._schema import schema_file
+from ._sql import data_dir
 from .errors import NotMigrated, PgqError
 
 if TYPE_CHECKING:
@@ -243,6 +245,7 @@ def ensure_migrated(conn: psycopg.Connection[Any]) -> None:
 def execute_schema_file(name: str) -> None:
     """Execute `sql/schema/<name>` in the migration alembic is running (for pgq's revision files).
 
+    Its `-- pgq:function` directives are first replaced by the definitions they name (pgq._schema).
     Online, the file goes verbatim to the migration's own psycopg connection, inside its transaction;
     without parameters psycopg interprets no placeholders, so `%`, `:` and `$fn$` bodies arrive intact.
     Offline (`--sql`, `upgrade_sql`), the text is written verbatim to the script. Only valid while an

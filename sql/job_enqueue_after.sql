@@ -1,6 +1,6 @@
 -- job_enqueue_after: enqueue a batch of jobs some of which depend on others (Queue.enqueue with
 -- depends_on); returns one id per input row, in input order. The rules live in pgq.enqueue_after
--- (sql/schema/0007_workflows.up.sql): a job waits while a parent has not finished. Dependencies come
+-- (sql/functions/enqueue_after.sql): a job waits while a parent has not finished. Dependencies come
 -- as an edge list: edge_jobs[k] (1-based position in the batch) depends on job edge_parents[k]. Jobs
 -- with a sequence key come here too: pgq.enqueue_after chains each after its key's tail (revision 0017).
 SELECT e.id

@@ -26,23 +26,7 @@ REVOKE EXECUTE ON FUNCTION pgq.enqueue(text, jsonb, text, integer, timestamptz, 
 -- for a role that may also DELETE from pgq.jobs, the privilege that marks an administrator: the
 -- table's owner, pgq_admin, superusers, and any role a DBA granted ALL. pgq_worker lacks it.
 -- Checking a privilege rather than a role name keeps role names out of the schema.
-CREATE FUNCTION pgq.jobs_guard_admin_transition() RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    IF NOT has_table_privilege(TG_RELID, 'DELETE') THEN
-        RAISE EXCEPTION 'permission denied to % job %: role % may not cancel or retry jobs',
-                        CASE WHEN NEW.status = 'cancelled' THEN 'cancel' ELSE 'retry' END, OLD.id, current_user
-            USING ERRCODE = 'insufficient_privilege',
-                  HINT = 'cancel, retry and purge need pgq_admin (see `pgq roles`)';
-    END IF;
-    RETURN NEW;
-END;
-$fn$;
-COMMENT ON FUNCTION pgq.jobs_guard_admin_transition() IS
-    'Trigger of pgq.jobs: cancelling a job or re-opening a finished one needs DELETE on pgq.jobs (an '
-    'administrator), so pgq_worker, which may update active jobs, cannot cancel or retry them.';
+-- pgq:function jobs_guard_admin_transition
 
 CREATE TRIGGER jobs_guard_admin_transition
     BEFORE UPDATE ON pgq.jobs

@@ -15,18 +15,7 @@ COMMENT ON COLUMN pgq.jobs.progress IS
 -- rather than the cancel statement, so that every way to cancel notifies: Queue.cancel,
 -- `pgq jobs cancel`, pgq.cancel() and a DBA's own UPDATE. Its WHEN clause is evaluated without a
 -- function call, so claims, heartbeats and acknowledgements (which never cancel) never run it.
-CREATE FUNCTION pgq.jobs_notify_cancel() RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    PERFORM pg_notify('pgq_cancel', OLD.id::text || ':' || OLD.lease_token::text);
-    RETURN NULL;
-END;
-$fn$;
-COMMENT ON FUNCTION pgq.jobs_notify_cancel() IS
-    'Trigger of pgq.jobs: a running job that becomes cancelled notifies channel pgq_cancel with '
-    '''<id>:<lease token>'' so that its worker interrupts the handler.';
+-- pgq:function jobs_notify_cancel
 
 CREATE TRIGGER jobs_notify_cancel
     AFTER UPDATE ON pgq.jobs
@@ -40,21 +29,7 @@ CREATE TRIGGER jobs_notify_cancel
 -- finished already. A running job's lease is cleared, so its worker's completion is refused, and
 -- its worker is told to stop the handler (trigger above). Runs with the caller's rights: the guard
 -- of revision 0002 lets only administrators cancel.
-CREATE FUNCTION pgq.cancel(job_id bigint) RETURNS SETOF pgq.jobs
-LANGUAGE sql
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-    UPDATE pgq.jobs j
-    SET status = 'cancelled',
-        lease_token = NULL,
-        lease_expires_at = NULL,
-        finished_at = now()
-    WHERE j.id = job_id AND j.status IN ('queued', 'running')
-    RETURNING j.*;
-$fn$;
-COMMENT ON FUNCTION pgq.cancel(bigint) IS
-    'Cancel a queued or running job and return it (no row: no such job, or finished already). A '
-    'running job''s worker is told to stop its handler. Needs an administrator (pgq_admin).';
+-- pgq:function cancel
 
 -- running_jobs gains the progress each job reported (columns may only be added at the end).
 CREATE OR REPLACE VIEW pgq.running_jobs AS

@@ -57,48 +57,12 @@ DROP VIEW pgq.waiting_jobs;
 DROP TRIGGER jobs_release_dependents ON pgq.jobs;
 DROP FUNCTION pgq.jobs_release_dependents();
 
-CREATE OR REPLACE FUNCTION pgq.cancel(job_id bigint) RETURNS SETOF pgq.jobs
-LANGUAGE sql
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-    UPDATE pgq.jobs j
-    SET status = 'cancelled',
-        lease_token = NULL,
-        lease_expires_at = NULL,
-        finished_at = now()
-    WHERE j.id = job_id AND j.status IN ('queued', 'running')
-    RETURNING j.*;
-$fn$;
+-- pgq:function cancel@previous
 
-CREATE OR REPLACE FUNCTION pgq.mark_awaited(job_id bigint) RETURNS SETOF pgq.jobs
-LANGUAGE sql
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $fn$
-    UPDATE pgq.jobs j
-    SET awaited = true
-    WHERE j.id = job_id AND j.status IN ('queued', 'running') AND j.awaited IS NOT TRUE
-    RETURNING j.*;
-$fn$;
+-- pgq:function mark_awaited@previous
 
 -- pgq.enqueue as revisions 0001 and 0002 made it, its grants carried back.
-CREATE FUNCTION pgq.enqueue(
-    kind         text,
-    payload      jsonb DEFAULT '{}',
-    queue        text DEFAULT 'default',
-    priority     integer DEFAULT 0,
-    run_at       timestamptz DEFAULT NULL,
-    dedupe_key   text DEFAULT NULL,
-    watermark    bigint DEFAULT NULL,
-    max_attempts integer DEFAULT NULL
-) RETURNS bigint
-LANGUAGE sql
-AS $fn$
-    SELECT e.id FROM pgq.enqueue_many(
-        ARRAY[kind], ARRAY[payload], ARRAY[queue], ARRAY[priority::smallint], ARRAY[run_at],
-        ARRAY[NULL::double precision], ARRAY[dedupe_key], ARRAY[watermark], ARRAY[max_attempts]) AS e;
-$fn$;
-COMMENT ON FUNCTION pgq.enqueue(text, jsonb, text, integer, timestamptz, text, bigint, integer) IS
-    'Enqueue one job and return its id (or the id of the active job holding dedupe_key).';
+-- pgq:function enqueue@previous
 REVOKE EXECUTE ON FUNCTION pgq.enqueue(text, jsonb, text, integer, timestamptz, text, bigint, integer) FROM PUBLIC;
 DO $grants$
 DECLARE

@@ -16,7 +16,7 @@ import pytest
 
 import pgq
 from pgq import migrate
-from pgq._sql import schema_file
+from pgq._schema import schema_file
 from pgq.errors import NotMigrated
 from pgq.models import JobStatus
 
