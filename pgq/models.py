@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any, NoReturn
 
+from . import bounds
 from .errors import InvalidJob
 
 JSON = Any
@@ -323,12 +324,10 @@ class JobSpec:
             _check_text("group_key", self.group_key, required=True)
         if self.run_at is not None and self.delay is not None:
             raise InvalidJob("give run_at or delay, not both")
-        if self.run_at is not None and (
-            not isinstance(self.run_at, dt.datetime) or self.run_at.tzinfo is None
-        ):
-            raise InvalidJob("run_at must be a timezone-aware datetime")
-        if self.delay is not None and delay_seconds(self.delay) < 0:
-            raise InvalidJob(f"delay must not be negative, got {self.delay!r}")
+        if self.run_at is not None:
+            bounds.check_run_at(self.run_at)
+        if self.delay is not None:
+            bounds.delay_s("delay", self.delay)
         if self.watermark is not None and (
             isinstance(self.watermark, bool) or not isinstance(self.watermark, int)
         ):
@@ -355,8 +354,8 @@ class JobSpec:
         if self.on_conflict not in (None, "ignore", "replace"):
             raise InvalidJob(f"on_conflict must be 'ignore' or 'replace', got {self.on_conflict!r}")
         for name, value in (("unique_for", self.unique_for), ("debounce", self.debounce)):
-            if value is not None and delay_seconds(value) <= 0:
-                raise InvalidJob(f"{name} must be a positive duration, got {_duration_shown(value)}")
+            if value is not None:
+                bounds.delay_s(name, value, positive=True)
         if self.unique_for is not None and delay_seconds(self.unique_for) > MAX_UNIQUE_FOR_S:
             raise InvalidJob(f"unique_for must be at most 31 days, got {_duration_shown(self.unique_for)}")
         if self.dedupe_key is None:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
+from ..bounds import check_job_id
 from ..errors import InvalidJob, LeaseLost
 
 T = TypeVar("T")
@@ -76,8 +77,7 @@ def _text_list(name: str, values: Iterable[str] | None) -> list[str] | None:
 
 
 def _check_id(job_id: object) -> None:
-    if isinstance(job_id, bool) or not isinstance(job_id, int):
-        raise InvalidJob(f"job id must be an int, got {type(job_id).__name__}")
+    check_job_id(job_id)  # an int within bigint (pgq.bounds)
 
 
 def _clean_text(text: str) -> str:
