@@ -13,13 +13,17 @@ is sent:
 - leases (`lease` of a claim or a heartbeat, a worker's lease and its registry refresh): finite,
   positive, at most MAX_LEASE_S (one day; the database allows one more hour of lock waits);
 - `unique_for`: positive, at most 31 days (revision 0018);
-- integers sent as SQL integer or bigint (limits, job ids): within those types.
+- integers sent as SQL integer or bigint (limits, job ids): within those types;
+- text: no lone surrogate (a str code point in U+D800..U+DFFF, which `surrogateescape` makes of
+  bytes that are not UTF-8, and JSON escapes such as "\\ud800"): Postgres stores UTF-8 only.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
+import re
 from typing import Final
 
 from .errors import InvalidJob
@@ -34,6 +38,8 @@ __all__ = [
     "check_job_id",
     "check_run_at",
     "delay_s",
+    "has_lone_surrogate",
+    "json_has_lone_surrogate",
     "lease_s",
 ]
 
@@ -75,9 +81,10 @@ def delay_s(name: str, value: object, *, positive: bool = False) -> float:
     """`value` in seconds; raises InvalidJob unless it is finite, >= 0 (> 0 with `positive`) and at
     most MAX_DELAY_S (100 years)."""
     seconds = _seconds(name, value)
-    if seconds < 0 or (positive and seconds == 0):
-        raise InvalidJob(f"{name} must be a {'positive' if positive else 'non-negative'} duration, "
-                         f"got {_shown(value)}")
+    if positive and not seconds > 0:
+        raise InvalidJob(f"{name} must be a positive duration, got {_shown(value)}")
+    if seconds < 0:
+        raise InvalidJob(f"{name} must not be negative, got {_shown(value)}")
     if seconds > MAX_DELAY_S:
         raise InvalidJob(f"{name} must be at most 100 years, got {_shown(value)}")
     return seconds
@@ -118,3 +125,26 @@ def check_job_id(job_id: object) -> None:
         raise InvalidJob(f"job id must be an int, got {type(job_id).__name__}")
     if not -INT8_MAX <= job_id <= INT8_MAX:
         raise InvalidJob(f"job id must fit in a bigint (at most {INT8_MAX}), got {job_id}")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def has_lone_surrogate(text: str) -> bool:
+    """Whether `text` holds a code point Postgres cannot store (a lone surrogate). ASCII text is
+    answered at once."""
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
+def json_has_lone_surrogate(text: str) -> bool:
+    """Whether the JSON `text` (as pgq encodes it: ASCII, non-BMP characters as escaped surrogate
+    pairs) holds a lone surrogate, escaped or not. Decodes it only when it has a surrogate escape."""
+    if has_lone_surrogate(text):
+        return True
+    if "\\ud" not in text and "\\uD" not in text:
+        return False
+    try:
+        json.dumps(json.loads(text), ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False

@@ -65,6 +65,8 @@ class Job:
     max_attempts: int
     dedupe_key: str | None
     lease_token: str | None
+    """The running attempt's lease token in a claim (`Claim.job`, `pgq.current_job()`); None in any
+    read of a job (`Queue.get`, `list`): no role but the admin may read it (revision 0020)."""
     lease_expires_at: dt.datetime | None
     claimed_by: str | None
     last_error: str | None
@@ -304,8 +306,8 @@ class JobSpec:
         # The checks, on the arguments (locals are cheaper to read than slots).
         # The common job (plain str names, an int priority, no options) passes three cheap tests; batch
         # enqueues build thousands of specs, so anything else takes the detailed checks below.
-        if not (type(kind) is str and kind and "\x00" not in kind
-                and type(queue) is str and queue and "\x00" not in queue):
+        if not (type(kind) is str and kind and "\x00" not in kind and kind.isascii()
+                and type(queue) is str and queue and "\x00" not in queue and queue.isascii()):
             _check_text("kind", kind, required=True)
             _check_text("queue", queue, required=True)
         if type(priority) is not int or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
@@ -474,6 +476,8 @@ def encode_json(what: str, value: JSON, default: JSON) -> str:
         raise InvalidJob(f"{what} is not JSON-serializable: it contains itself (or nests too deeply)") from None
     if "\\u0000" in text and _JSON_NUL.search(text):
         raise InvalidJob(f"{what} contains a NUL character, which Postgres cannot store")
+    if "\\ud" in text and bounds.json_has_lone_surrogate(text):
+        raise InvalidJob(f"{what} contains a lone surrogate (not UTF-8), which Postgres cannot store")
     if len(text) > MAX_PAYLOAD_BYTES and len(text.encode()) > MAX_PAYLOAD_BYTES:
         raise InvalidJob(f"{what} is {len(text.encode())} bytes of JSON; the limit is {MAX_PAYLOAD_BYTES}")
     return text
@@ -527,6 +531,8 @@ def _check_text(name: str, value: object, *, required: bool) -> None:
         raise InvalidJob(f"{name} must not be empty")
     if "\x00" in value:
         raise InvalidJob(f"{name} contains a NUL character, which Postgres cannot store")
+    if bounds.has_lone_surrogate(value):
+        raise InvalidJob(f"{name} contains a lone surrogate (not UTF-8), which Postgres cannot store")
 
 
 def jsonable(value: Any) -> Any:

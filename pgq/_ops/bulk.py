@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeGuard
 
+from ..bounds import has_lone_surrogate
 from ..errors import InvalidJob
 from ..insight import BulkResult
 from ..models import ACTIVE, FINISHED, JSON, JobStatus, encode_json
@@ -73,8 +74,9 @@ class JobFilter:
         bad filter (nothing is sent then)."""
         for name in ("queue", "kind", "error", "text"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value or "\x00" in value):
-                raise InvalidJob(f"{name} must be a non-empty str, got {value!r}")
+            if value is not None and (not isinstance(value, str) or not value or "\x00" in value
+                                      or has_lone_surrogate(value)):
+                raise InvalidJob(f"{name} must be a non-empty str of UTF-8 text, got {value!r}")
         for name in ("created_after", "created_before", "finished_after", "finished_before"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, dt.datetime) or value.tzinfo is None):

@@ -81,8 +81,10 @@ def _check_id(job_id: object) -> None:
 
 
 def _clean_text(text: str) -> str:
-    # Error texts come from exceptions and may hold anything; Postgres text cannot hold NUL.
-    return str(text).replace("\x00", "\\0")
+    # Error texts come from exceptions and may hold anything; Postgres text cannot hold NUL, nor a
+    # lone surrogate (a file name decoded with surrogateescape), which is kept as its escape.
+    text = str(text).replace("\x00", "\\0")
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 # pgq's statements that lock job (or limit) rows or hold a lock until they commit: a session stuck
