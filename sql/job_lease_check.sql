@@ -2,8 +2,7 @@
 -- job was cancelled (`cancelled`: true) or for another reason (rescued, finished elsewhere, gone).
 -- A read, no write: a worker without a LISTEN connection (behind PgBouncer in transaction mode)
 -- asks it every poll interval, so that it learns of a cancellation within about a second instead of
--- at its next heartbeat (a third of the lease). Reads jobs_pkey only.
-SELECT h.id, coalesce(j.status = 'cancelled', false) AS cancelled
-FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) AS h(id, token)
-LEFT JOIN pgq.jobs j ON j.id = h.id
-WHERE j.lease_token IS DISTINCT FROM h.token
+-- at its next heartbeat (a third of the lease). Reads jobs_pkey only, through pgq.leases_lost
+-- (revision 0020): no role but the admin may read pgq.jobs.lease_token itself.
+SELECT l.id, l.cancelled
+FROM pgq.leases_lost(%(ids)b::bigint[], %(tokens)b::uuid[]) AS l

@@ -41,9 +41,12 @@ from .bulk import (
     BulkAction,
     JobFilter,
     bulk,
+    bulk_count,
     bulk_ids,
     given_filter,
     is_error_line,
+    require_filter,
+    unfiltered_message,
 )
 from .core import READ_ONLY_STATEMENTS, WRITING_STATEMENTS, Fetch, Operation, Steps, Stmt
 from .driver import (
@@ -107,6 +110,7 @@ __all__ = [
     "Watchdog",
     "WorkerRow",
     "bulk",
+    "bulk_count",
     "bulk_ids",
     "cancel",
     "claim",
@@ -137,6 +141,7 @@ __all__ = [
     "purge_as_leader",
     "queue_backlog",
     "queue_stats",
+    "require_filter",
     "rescue_as_leader",
     "rescue_expired",
     "resume",
@@ -150,6 +155,7 @@ __all__ = [
     "sever",
     "snooze",
     "trace_context_get",
+    "unfiltered_message",
     "wait_mark",
     "worker_register",
     "worker_seen",

@@ -9,6 +9,7 @@ from typing import Any
 
 from psycopg import errors as pg_errors
 
+from ..bounds import check_int4
 from ..errors import CONSTRAINT_MESSAGES, InvalidJob, InvalidState, NotFound
 from ..models import (
     Dependencies,
@@ -177,6 +178,8 @@ def set_concurrency_limit(kind: str, limit: int | None) -> Operation[None]:
         raise InvalidJob("kind must be a non-empty str")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InvalidJob(f"concurrency limit must be an int >= 1 or None, got {limit!r}")
+    if limit is not None:
+        check_int4("concurrency limit", limit)
 
     def steps() -> Steps[None]:
         if limit is None:
@@ -212,6 +215,7 @@ def parse_rate(rate: str | tuple[int, float]) -> tuple[int, float]:
     if (isinstance(count, bool) or not isinstance(count, int) or count < 1
             or isinstance(per, bool) or not isinstance(per, int | float) or not 0 < per <= 86400):
         raise InvalidJob(f"rate limit needs a whole number >= 1 per a window of up to a day, got {rate!r}")
+    check_int4("rate limit's count", count)
     return count, float(per)
 
 
@@ -243,6 +247,8 @@ def set_group_limits(kind: str, concurrency: int | None, rate: str | tuple[int, 
     if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
                                     or concurrency < 1):
         raise InvalidJob(f"group concurrency must be an int >= 1 or None, got {concurrency!r}")
+    if concurrency is not None:
+        check_int4("group concurrency", concurrency)
     parsed = None if rate is None else parse_rate(rate)
 
     def steps() -> Steps[None]:

@@ -10,12 +10,15 @@ running it again finds only what is left: safe to re-run.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeGuard
 
+from ..bounds import has_lone_surrogate
 from ..errors import InvalidJob
 from ..insight import BulkResult
 from ..models import ACTIVE, FINISHED, JSON, JobStatus, encode_json
@@ -71,8 +74,9 @@ class JobFilter:
         bad filter (nothing is sent then)."""
         for name in ("queue", "kind", "error", "text"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value or "\x00" in value):
-                raise InvalidJob(f"{name} must be a non-empty str, got {value!r}")
+            if value is not None and (not isinstance(value, str) or not value or "\x00" in value
+                                      or has_lone_surrogate(value)):
+                raise InvalidJob(f"{name} must be a non-empty str of UTF-8 text, got {value!r}")
         for name in ("created_after", "created_before", "finished_after", "finished_before"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, dt.datetime) or value.tzinfo is None):
@@ -125,11 +129,25 @@ def given_filter(action: BulkAction, filters: Mapping[str, Any], *, dry_run: boo
     """The JobFilter of the keyword `filters` of `Queue.<action>_where`. Raises InvalidJob when none
     is given (each None) unless `dry_run`: acting on every job must be asked for, with `status`, as
     `pgq jobs <action>` asks for it."""
-    if not dry_run and all(value is None for value in filters.values()):
-        statuses = ", ".join(repr(s.value) for s in BULK_STATUSES[action])
-        raise InvalidJob(f"{action}_where needs at least one filter (queue=, kind=, status=, ...); to {action} "
-                         f"every job it applies to, say so with status=[{statuses}]")
-    return JobFilter(**filters)
+    where = JobFilter(**filters)
+    if not dry_run:
+        require_filter(action, where, f"{action}_where")
+    return where
+
+
+def require_filter(action: BulkAction, where: JobFilter, caller: str) -> None:
+    """Raise InvalidJob when `where` has no filter at all (every field None): acting on every job
+    must be asked for with `status`. `caller` names the API in the message. The one rule of
+    `Queue.<action>_where`, `pgq jobs <action>` and the dashboard's bulk actions."""
+    if all(getattr(where, f.name) is None for f in dataclasses.fields(where)):
+        raise InvalidJob(unfiltered_message(action, caller))
+
+
+def unfiltered_message(action: BulkAction, caller: str) -> str:
+    """What `require_filter` says when `caller` got no filter for `action`."""
+    statuses = ", ".join(repr(s.value) for s in BULK_STATUSES[action])
+    return (f"{caller} needs at least one filter (queue=, kind=, status=, ...); to {action} every job it "
+            f"applies to, say so with status=[{statuses}]")
 
 
 def bulk(action: BulkAction, where: JobFilter, *, batch: int = BULK_BATCH, dry_run: bool = False,
@@ -167,6 +185,29 @@ def bulk(action: BulkAction, where: JobFilter, *, batch: int = BULK_BATCH, dry_r
                 return BulkResult(action, matched, changed, batches, dry_run)
 
     return Operation(f"job_{action}_many", steps)
+
+
+def bulk_count(action: BulkAction, where: JobFilter, *, batch: int, budget_s: float) -> Operation[tuple[int, bool]]:
+    """Count the jobs `action` applies to that match `where`, `batch` per statement, lowest ids first,
+    starting no statement that would end (taking as long as the last one did) more than `budget_s`
+    seconds after the first began. Returns (count, complete); complete False: at least that many."""
+    params = {**where.params(action), "batch": batch}
+
+    def steps() -> Steps[tuple[int, bool]]:
+        after, matched = 0, 0
+        started = time.monotonic()
+        while True:
+            statement_started = time.monotonic()
+            rows = yield Stmt("job_select_where", {**params, "after_id": after})
+            matched += len(rows)
+            if len(rows) < batch:
+                return matched, True
+            after = int(rows[-1]["id"])
+            ended = time.monotonic()
+            if ended - started + (ended - statement_started) > budget_s:
+                return matched, False
+
+    return Operation("job_select_where", steps, retry_safe=True)
 
 
 BULK_IDS_MAX: Final = 1000

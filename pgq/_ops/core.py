@@ -7,6 +7,7 @@ from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
+from ..bounds import check_job_id
 from ..errors import InvalidJob, LeaseLost
 
 T = TypeVar("T")
@@ -76,13 +77,14 @@ def _text_list(name: str, values: Iterable[str] | None) -> list[str] | None:
 
 
 def _check_id(job_id: object) -> None:
-    if isinstance(job_id, bool) or not isinstance(job_id, int):
-        raise InvalidJob(f"job id must be an int, got {type(job_id).__name__}")
+    check_job_id(job_id)  # an int within bigint (pgq.bounds)
 
 
 def _clean_text(text: str) -> str:
-    # Error texts come from exceptions and may hold anything; Postgres text cannot hold NUL.
-    return str(text).replace("\x00", "\\0")
+    # Error texts come from exceptions and may hold anything; Postgres text cannot hold NUL, nor a
+    # lone surrogate (a file name decoded with surrogateescape), which is kept as its escape.
+    text = str(text).replace("\x00", "\\0")
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 # pgq's statements that lock job (or limit) rows or hold a lock until they commit: a session stuck

@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 
+from .. import bounds
 from ..errors import InvalidJob
 from ..models import (
     STATUS_BY_VALUE,
@@ -20,7 +21,6 @@ from ..models import (
     claims_from_tuples,
     delay_seconds,
     encode_json,
-    positive_seconds,
 )
 from .core import (
     Fetch,
@@ -250,7 +250,7 @@ def claim(
     on its own. Not retry-safe: a lost reply may hide claims, which are then rescued when their
     lease expires.
     """
-    lease_s = positive_seconds("lease", lease)
+    lease_s = bounds.lease_s("lease", lease)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidJob(f"limit must be an int >= 1, got {limit!r}")
     if not isinstance(worker, str) or not worker:

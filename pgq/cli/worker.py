@@ -72,7 +72,8 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
         "--lease", metavar="SECONDS", type=seconds_arg("lease", positive=True),
         help="lease of each claimed job, renewed by heartbeats every third of it; the job of a worker "
         "that died is rescued about half a lease after its lease expired, and a database session stuck "
-        "for half a lease sending a pgq statement's result to a frozen client is ended (default: 60)",
+        "for half a lease sending a pgq statement's result to a frozen client is ended (default: 60; at "
+        "most 86400, a day)",
     )
     p.add_argument(
         "--io-timeout", metavar="SECONDS", type=seconds_arg("io timeout", positive=True),

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from .. import bounds
 from ..errors import InvalidJob, PgqError
-from ..models import JSON, Claim, JobSpec, delay_seconds, group_key_from, positive_seconds
+from ..models import JSON, Claim, JobSpec, group_key_from
 
 if TYPE_CHECKING:
     from ..waiting import Waiters
@@ -43,7 +44,7 @@ def _specs(specs: Iterable[SpecLike]) -> list[JobSpec]:
 
 
 def _lease_s(claim: Claim, lease: dt.timedelta | float | None) -> float:
-    return positive_seconds("lease", claim.lease if lease is None else lease)
+    return bounds.lease_s("lease", claim.lease if lease is None else lease)
 
 
 def _retry_args() -> dict[str, Any]:
@@ -176,10 +177,8 @@ def check_pgbouncer_pool(pool: ConnectionPool[Any] | AsyncConnectionPool[Any]) -
 
 
 def _non_negative(name: str, value: dt.timedelta | float) -> float:
-    seconds = delay_seconds(value)
-    if seconds < 0:
-        raise InvalidJob(f"{name} must not be negative, got {value!r}")
-    return seconds
+    # A retry_in or snooze delay: finite, from 0 to 100 years (pgq.bounds).
+    return bounds.delay_s(name, value)
 
 
 class Wakeup:

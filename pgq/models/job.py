@@ -25,6 +25,8 @@ class Job:
     max_attempts: int
     dedupe_key: str | None
     lease_token: str | None
+    """The running attempt's lease token in a claim (`Claim.job`, `pgq.current_job()`); None in any
+    read of a job (`Queue.get`, `list`): no role but the admin may read it (revision 0020)."""
     lease_expires_at: dt.datetime | None
     claimed_by: str | None
     last_error: str | None

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import NoReturn
 
+from .. import bounds
 from ..errors import InvalidJob
 from .types import JSON, MAX_PAYLOAD_BYTES, PRIORITY_MAX, PRIORITY_MIN, _slot_setters
 
@@ -111,8 +112,8 @@ class JobSpec:
         # The checks, on the arguments (locals are cheaper to read than slots).
         # The common job (plain str names, an int priority, no options) passes three cheap tests; batch
         # enqueues build thousands of specs, so anything else takes the detailed checks below.
-        if not (type(kind) is str and kind and "\x00" not in kind
-                and type(queue) is str and queue and "\x00" not in queue):
+        if not (type(kind) is str and kind and "\x00" not in kind and kind.isascii()
+                and type(queue) is str and queue and "\x00" not in queue and queue.isascii()):
             _check_text("kind", kind, required=True)
             _check_text("queue", queue, required=True)
         if type(priority) is not int or not PRIORITY_MIN <= priority <= PRIORITY_MAX:
@@ -131,12 +132,10 @@ class JobSpec:
             _check_text("group_key", self.group_key, required=True)
         if self.run_at is not None and self.delay is not None:
             raise InvalidJob("give run_at or delay, not both")
-        if self.run_at is not None and (
-            not isinstance(self.run_at, dt.datetime) or self.run_at.tzinfo is None
-        ):
-            raise InvalidJob("run_at must be a timezone-aware datetime")
-        if self.delay is not None and delay_seconds(self.delay) < 0:
-            raise InvalidJob(f"delay must not be negative, got {self.delay!r}")
+        if self.run_at is not None:
+            bounds.check_run_at(self.run_at)
+        if self.delay is not None:
+            bounds.delay_s("delay", self.delay)
         if self.watermark is not None and (
             isinstance(self.watermark, bool) or not isinstance(self.watermark, int)
         ):
@@ -163,8 +162,8 @@ class JobSpec:
         if self.on_conflict not in (None, "ignore", "replace"):
             raise InvalidJob(f"on_conflict must be 'ignore' or 'replace', got {self.on_conflict!r}")
         for name, value in (("unique_for", self.unique_for), ("debounce", self.debounce)):
-            if value is not None and delay_seconds(value) <= 0:
-                raise InvalidJob(f"{name} must be a positive duration, got {_duration_shown(value)}")
+            if value is not None:
+                bounds.delay_s(name, value, positive=True)
         if self.unique_for is not None and delay_seconds(self.unique_for) > MAX_UNIQUE_FOR_S:
             raise InvalidJob(f"unique_for must be at most 31 days, got {_duration_shown(self.unique_for)}")
         if self.dedupe_key is None:
@@ -283,6 +282,8 @@ def encode_json(what: str, value: JSON, default: JSON) -> str:
         raise InvalidJob(f"{what} is not JSON-serializable: it contains itself (or nests too deeply)") from None
     if "\\u0000" in text and _JSON_NUL.search(text):
         raise InvalidJob(f"{what} contains a NUL character, which Postgres cannot store")
+    if "\\ud" in text and bounds.json_has_lone_surrogate(text):
+        raise InvalidJob(f"{what} contains a lone surrogate (not UTF-8), which Postgres cannot store")
     if len(text) > MAX_PAYLOAD_BYTES and len(text.encode()) > MAX_PAYLOAD_BYTES:
         raise InvalidJob(f"{what} is {len(text.encode())} bytes of JSON; the limit is {MAX_PAYLOAD_BYTES}")
     return text
@@ -336,3 +337,5 @@ def _check_text(name: str, value: object, *, required: bool) -> None:
         raise InvalidJob(f"{name} must not be empty")
     if "\x00" in value:
         raise InvalidJob(f"{name} contains a NUL character, which Postgres cannot store")
+    if bounds.has_lone_surrogate(value):
+        raise InvalidJob(f"{name} contains a lone surrogate (not UTF-8), which Postgres cannot store")

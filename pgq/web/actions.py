@@ -54,11 +54,29 @@ async def queue_action(dash: Dashboard, action: QueueAction, name: str) -> bool:
     return await queue.resume(name)
 
 
-async def bulk_count(dash: Dashboard, action: BulkAction, where: _ops.JobFilter) -> int:
-    """How many jobs `action` applied to `where` would change now (a dry run: reads only). Raises
-    pgq's InvalidJob (400) for a filter the action cannot take."""
+BULK_COUNT_BUDGET_S = 0.1
+"""The confirmation page starts no batch of its count that would, taking as long as the last one did,
+end past this many seconds (like the job search's SEARCH_BUDGET_S): the page is open to read-only
+viewers, and a count over every job of a big table took seconds."""
+BULK_COUNT_BATCH = 2000
+"""Jobs per statement of that count."""
+
+
+BULK_CALLER = "the dashboard's bulk action"
+
+
+def unfiltered(action: BulkAction) -> str:
+    """Why `action` may not apply to all jobs matching no filter at all (the rule of
+    Queue.cancel_where): the message the POST answers with a 400."""
+    return _ops.unfiltered_message(action, BULK_CALLER)
+
+
+async def bulk_count(dash: Dashboard, action: BulkAction, where: _ops.JobFilter) -> tuple[int, bool]:
+    """How many jobs `action` applied to `where` would change now (reads only), and whether that is
+    all of them (False: the count stopped at its time budget, BULK_COUNT_BUDGET_S, and there are at
+    least that many). Raises pgq's InvalidJob (400) for a filter the action cannot take."""
     queue = await dash.queue()
-    return (await queue._run(_ops.bulk(action, where, dry_run=True))).matched
+    return await queue._run(_ops.bulk_count(action, where, batch=BULK_COUNT_BATCH, budget_s=BULK_COUNT_BUDGET_S))
 
 
 async def bulk_action(dash: Dashboard, action: BulkAction, *, where: _ops.JobFilter | None = None,
@@ -67,6 +85,10 @@ async def bulk_action(dash: Dashboard, action: BulkAction, *, where: _ops.JobFil
     batches); recorded in pgq.job_audit with the dashboard's actor. Raises HttpError 403 (read-only,
     no right) and InvalidJob (400)."""
     await _allowed(dash, action)
+    if ids is None:
+        assert where is not None
+        # The rule of Queue.cancel_where (issue 40): no filter at all is refused, not "every job".
+        _ops.require_filter(action, where, BULK_CALLER)
     queue = await dash.queue()
     actor = dash.settings.actor
     if ids is not None:

@@ -129,8 +129,9 @@ class Pages:
                            kind_names=sorted(app.tasks) if app is not None else [],
                            statuses=[s.value for s in JobStatus],
                            can_bulk=can_bulk, groups=groups,
+                           # Acting on all matching jobs needs a filter (the rule of cancel_where).
                            bulk_all=[a for a, applies in _ops.BULK_STATUSES.items()
-                                     if filters.status is None or filters.status in applies])
+                                     if filters.active and (filters.status is None or filters.status in applies)])
 
     async def bulk_confirm(self, request: Request) -> Response:
         """`GET /jobs/bulk?action=...&<the search's filters>`: how many jobs the action would change
@@ -138,12 +139,14 @@ class Pages:
         query = request.query_params
         action = _bulk_action(query.get("action", ""))
         filters = params.job_filter(query)
-        count = await actions.bulk_count(self.dash, action, filters.bulk())
+        count, complete = await actions.bulk_count(self.dash, action, filters.bulk())
         refusal = actions.READ_ONLY if self.dash.settings.read_only else (
             await self.dash.read(queries.rights())).refusal(action)
+        if refusal is None and not filters.active:  # what the POST would refuse (a 400): no form
+            refusal = actions.unfiltered(action)
         return self.render(request, "bulk.html", section="jobs", action=action, filters=filters,
-                           described=filters.bulk().describe(action), count=count, refusal=refusal, result=None,
-                           filter_params=filters.query())
+                           described=filters.bulk().describe(action), count=count, count_complete=complete,
+                           refusal=refusal, result=None, filter_params=filters.query())
 
     async def bulk_action(self, request: Request) -> Response:
         """`POST /jobs/bulk` from the jobs page (fields `action` and the selected `id`s) or from the
@@ -163,7 +166,7 @@ class Pages:
                 raise HttpError(400, f"select at most {_ops.BULK_IDS_MAX} jobs (or apply to all matching)")
             result = await actions.bulk_action(self.dash, action, ids=ids)
         return self.render(request, "bulk.html", section="jobs", action=action, filters=filters,
-                           described=None, count=result.matched, refusal=None, result=result,
+                           described=None, count=result.matched, count_complete=True, refusal=None, result=result,
                            filter_params={})
 
     async def job(self, request: Request) -> Response:

@@ -8,6 +8,7 @@ import json
 from collections.abc import Mapping
 
 from .. import _ops
+from ..bounds import has_lone_surrogate
 from ..models import JobStatus
 from .errors import HttpError
 from .queries import JobFilter
@@ -48,6 +49,8 @@ def job_id(text: str) -> int:
 def _text(what: str, text: str) -> str:
     if "\x00" in text:
         raise HttpError(400, f"{what} must not contain NUL characters")
+    if has_lone_surrogate(text):
+        raise HttpError(400, f"{what} must be UTF-8 text (it holds a lone surrogate)")
     if len(text) > MAX_TEXT:
         raise HttpError(400, f"{what} is longer than {MAX_TEXT} characters")
     return text
@@ -115,6 +118,8 @@ def payload(params: Mapping[str, str]) -> str | None:
         raise HttpError(400, f"the payload filter must be JSON, e.g. {{\"tenant\": 7}}; got {_shown(text)}") from None
     if "\\u0000" in encoded or "\x00" in encoded:
         raise HttpError(400, "the payload filter must not contain NUL characters")
+    if has_lone_surrogate(encoded):
+        raise HttpError(400, "the payload filter must be UTF-8 text (it holds a lone surrogate)")
     return encoded
 
 

@@ -101,7 +101,8 @@ def job_json(job: Job) -> dict[str, Any]:
     job finished with (`Job.error`: a failed or cancelled job's); the error of an earlier attempt
     that is no longer the outcome (the job succeeded, or runs again) is `previous_attempt_error`."""
     data = {f.name: jsonable(getattr(job, f.name)) for f in dataclasses.fields(job) if f.name != "lease_token"}
-    data["lease_held"] = job.lease_token is not None
+    # A running job holds a lease (jobs_lease_iff_running); reads never carry the token (revision 0020).
+    data["lease_held"] = job.status is JobStatus.RUNNING
     data["last_error"] = job.error
     data["previous_attempt_error"] = job.previous_attempt_error
     return data

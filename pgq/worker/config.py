@@ -8,6 +8,7 @@ import socket
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from ..bounds import lease_s
 from ..errors import InvalidJob
 
 __all__ = ["WorkerConfig", "default_worker_name"]
@@ -125,6 +126,7 @@ class WorkerConfig:
             raise InvalidJob("metrics_host must be a non-empty str")
         for name in ("lease", "poll_interval", "retention_interval", "shutdown_timeout", "connect_timeout"):
             _check_seconds(name, getattr(self, name), positive=True)
+        lease_s("lease", self.lease)  # at most a day (pgq.bounds)
         for name in ("drain_timeout", "ack_delay"):
             _check_seconds(name, getattr(self, name), positive=False)
         for name in ("rescue_interval", "retention", "io_timeout"):

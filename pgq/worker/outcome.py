@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
+from ..bounds import MAX_DELAY_S
 from ..errors import InvalidJob
 from ..models import Claim, Job, JobSpec, encode_json
 from ..retries import PermanentFailure, Snooze
@@ -90,7 +91,9 @@ def failure(job: Job, task: AnyTask | None, exc: BaseException) -> Failure:
             if answer is None:
                 final = True
             else:
-                retry_in = max(float(answer), 0.0)
+                # Within 0 .. 100 years (pgq.bounds); NaN: the database's default backoff.
+                seconds = float(answer)
+                retry_in = None if seconds != seconds else min(max(seconds, 0.0), MAX_DELAY_S)
     final = final or job.attempts >= job.max_attempts
     return Failure(clip(error), retry_in, final, summary)
 

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 import psycopg
 
 from .. import _ops
+from ..bounds import MAX_LEASE_S
 from ..client import AsyncQueue
 from ..errors import PgqError, one_line
 from ..metrics import _version
@@ -56,7 +57,7 @@ class Registry:
         self._interval = interval
         self._register = _ops.worker_register(
             claimed_by=claimed_by, host=socket.gethostname(), pid=os.getpid(), queues=queues, kinds=sorted(kinds),
-            slots=slots, lease_s=lease_s, refresh_s=interval * 1.1, version=_version())
+            slots=slots, lease_s=lease_s, refresh_s=min(interval * 1.1, MAX_LEASE_S), version=_version())
         self.row: _ops.WorkerRow | None = None
         """The registered row (None: not registered, or its registration failed)."""
         self.enabled = True

@@ -9,13 +9,15 @@
 --
 --   {producer}  enqueue (pgq.enqueue, pgq.enqueue_many: SECURITY DEFINER functions, revision 0002;
 --               and INSERT of a new job's input columns, for the one-statement single enqueue)
---               and read jobs, views and pgq's other tables. No UPDATE or DELETE anywhere: it
+--               and read jobs (not their lease tokens), views and pgq's other tables (not the
+--               worker registry's tokens). No UPDATE or DELETE anywhere: it
 --               cannot claim, change or delete a job.
 --   {worker}    everything the producer may, plus what a worker process runs: claim, complete,
 --               fail, heartbeat, snooze/release and rescue, each through a SECURITY DEFINER function
 --               that changes a job only under the lease token of its attempt (the rescue: only
---               attempts whose lease expired), periodic enqueue, and setting (not removing)
---               concurrency limits. No UPDATE of pgq.jobs or pgq.key_watermarks, no DELETE, no
+--               attempts whose lease expired), periodic enqueue, and setting (not removing) its
+--               tasks' limits through checked functions. No write on any table but the INSERT of
+--               a job; no UPDATE of pgq.jobs or pgq.key_watermarks, no DELETE, no
 --               TRUNCATE, no DDL: it cannot cancel, retry, or finish a job it does not hold.
 --               Retention (deleting old finished jobs) is a purge, so a worker with only this role
 --               skips it and logs why.
@@ -88,6 +90,20 @@ GRANT SELECT ON ALL TABLES IN SCHEMA pgq TO {producer};
 REVOKE SELECT ON pgq.workers FROM {producer};
 GRANT SELECT (id, claimed_by, host, pid, queues, kinds, slots, lease_s, refresh_s, started_at, last_seen,
               version, state, role) ON pgq.workers TO {producer};
+-- ... and pgq.jobs.lease_token (revision 0020): the token fences an attempt's acknowledgements only
+-- while it is a secret of the session that claimed it (pgq.claim returns it to that session alone).
+-- Every other column, found in the catalog so that columns of newer revisions are included.
+REVOKE SELECT ON pgq.jobs FROM {producer};
+DO $jobcols$
+BEGIN
+    EXECUTE (SELECT pg_catalog.format('GRANT SELECT (%s) ON pgq.jobs TO %I',
+                                      pg_catalog.string_agg(pg_catalog.quote_ident(a.attname), ', ' ORDER BY a.attnum),
+                                      {producer_name})
+             FROM pg_catalog.pg_attribute a
+             WHERE a.attrelid = 'pgq.jobs'::pg_catalog.regclass AND a.attnum > 0 AND NOT a.attisdropped
+               AND a.attname <> 'lease_token');
+END
+$jobcols$;
 GRANT EXECUTE ON FUNCTION
     pgq.enqueue(text, jsonb, text, integer, timestamptz, text, bigint, integer, bigint[], text, text, text, text,
                 interval, text, interval),
@@ -101,7 +117,8 @@ GRANT EXECUTE ON FUNCTION
     -- only way to enqueue one, so that it is chained; pgq.sequence_tails stays read-only to producers).
     pgq.enqueue_after(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], integer[], boolean[],
                       integer[], bigint[], text[], text[], boolean[]),
-    -- Waiting for a job's outcome (Queue.wait) marks it awaited, so that finishing it notifies.
+    -- Waiting for a job's outcome (Queue.wait) marks it awaited, so that finishing it notifies; it
+    -- returns the job without its lease token (revision 0020).
     pgq.mark_awaited(bigint),
     -- An instrumented client stores the trace context of the jobs it just enqueued (pgq.otel,
     -- revision 0015); only rows its own transaction inserted, and only once.
@@ -126,23 +143,23 @@ $member$;
 -- writes a job only through the functions granted at the end, which check the lease token. With
 -- column UPDATE it could fail another worker's or a queued job (cancelling its dependents), finish
 -- another's job, release a waiting one, or write any key's processed watermark.
--- Limits of the worker's own tasks (set at start-up); the claim also locks limit rows FOR UPDATE,
--- which needs UPDATE on a column. Removing a limit (DELETE) stays with the admin.
-GRANT INSERT, UPDATE (max_running, updated_at) ON pgq.concurrency_limits TO {worker};
--- Likewise the rate limits of its tasks; the claim locks their rows, and keeps each limited kind's
--- window of starts (adds this claim's, deletes those that left the window).
-GRANT INSERT, UPDATE (max_starts, per_s, updated_at) ON pgq.rate_limits TO {worker};
-GRANT INSERT, DELETE ON pgq.rate_limit_starts TO {worker};
--- The group limits of its tasks (group_concurrency=, group_rate_limit=); not turn_after, which only
--- the claim writes (revision 0014), and not pgq.group_rate_starts, which the claim keeps itself.
-GRANT INSERT (kind, max_running, max_starts, per_s), UPDATE (max_running, max_starts, per_s, updated_at)
-    ON pgq.group_limits TO {worker};
+-- No write on the limit tables either (revision 0020; revoked above): a worker sets its tasks' limits
+-- (concurrency, rate, group limits; at start-up) through pgq.concurrency_limit_set,
+-- pgq.rate_limit_set and pgq.group_limits_set, granted below, which check what they write. The
+-- claim, a definer function, locks limit rows and keeps the windows of starts
+-- (pgq.rate_limit_starts, pgq.group_rate_starts) and the groups' turns itself. With direct writes a
+-- worker could block a kind for good (a start at 'infinity') or reset every rate window (DELETE).
+-- Removing a limit (DELETE) stays with the admin.
 -- The claim (SECURITY DEFINER: it reserves, marks and takes rows itself), the marking of a kind's
 -- jobs after the worker set a limit of a task, and the acknowledgements of an attempt under its lease
 -- token, the rescue of expired leases and the storing of an attempt's last error (revision 0011).
 GRANT EXECUTE ON FUNCTION
     pgq.claim(text[], text[], integer, double precision, text),
     pgq.limits_changed(text),
+    -- Its tasks' limits (revision 0020).
+    pgq.concurrency_limit_set(text, integer),
+    pgq.rate_limit_set(text, integer, double precision),
+    pgq.group_limits_set(text, integer, integer, double precision),
     pgq.complete(bigint[], uuid[], jsonb[], bigint[], jsonb[], text),
     pgq.complete_skip(bigint[], uuid[], jsonb[], bigint[], jsonb[], boolean),
     pgq.fail(bigint[], uuid[], text[], double precision[], boolean[], jsonb[], text),
@@ -153,6 +170,8 @@ GRANT EXECUTE ON FUNCTION
     pgq.snooze_skip(bigint[], uuid[], double precision[], jsonb[], boolean),
     pgq.rescue(integer),
     pgq.error_set(bigint, uuid, text),
+    -- Which attempts the worker holds lost their lease (revision 0020: it may not read the tokens).
+    pgq.leases_lost(bigint[], uuid[]),
     -- What a finish could not see (revision 0012): children and waits committed after it.
     pgq.settle(integer),
     -- The worker registry (revision 0013): its own row only, under the token its registration

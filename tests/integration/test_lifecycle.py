@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import uuid
 
@@ -41,7 +42,8 @@ def test_claimed_jobs_equal_the_rows_read_back(pgq_queue: Queue, queues: list[st
     assert [c.job.kind for c in claims] == ["a", "b"]
     assert (claims[1].job.group_key, claims[1].job.sequence_key) == ("g", "s")
     for c in claims:
-        assert c.job == pgq_queue.get(c.job.id)
+        # A read never carries the lease token (revision 0020): only the claim has it.
+        assert dataclasses.replace(c.job, lease_token=None) == pgq_queue.get(c.job.id)
         assert c.token == c.job.lease_token and c.lease == dt.timedelta(seconds=30)
 
 

@@ -221,3 +221,21 @@ def test_the_history_checker_finds_a_sequence_run_out_of_order(pgq_dsn: str, pgq
     [(key, prev, job, claimed, finished)] = report.violations[
         "a sequence's job ran before the job ahead of it finished"]
     assert (key, prev, job) == (("default", "s"), e, f) and claimed < finished
+
+
+def test_the_purge_prunes_the_tails_of_purged_sequences(pgq_queue: Queue, db: SQL) -> None:
+    """pgq.sequence_tails shrinks as jobs are purged (revision 0020), like pgq.key_finishes: a
+    purged tail orders nothing, and the key's next job starts the sequence anew."""
+    a, b = (pgq_queue.enqueue("k", sequence_key=key) for key in ("s1", "s2"))
+    running = pgq_queue.enqueue("k", sequence_key="s3")
+    claims = {c.id: c for c in pgq_queue.claim(worker="w", limit=10)}
+    assert sorted(claims) == [a, b, running]
+    pgq_queue.complete(claims[a])
+    pgq_queue.complete(claims[b])
+    assert len(_rows(db, "SELECT * FROM pgq.sequence_tails")) == 3
+    assert pgq_queue.purge(0) == 2
+    assert _rows(db, "SELECT sequence_key, job_id FROM pgq.sequence_tails") == [("s3", running)]
+    again = pgq_queue.enqueue("k", sequence_key="s1")
+    assert _statuses(pgq_queue, [again]) == [JobStatus.QUEUED] and _chain(db, "s1") == [(again, None)]
+    behind = pgq_queue.enqueue("k", sequence_key="s3")  # the live tail still orders its key
+    assert _chain(db, "s3") == [(running, None), (behind, running)]

@@ -412,7 +412,7 @@ def test_worker_without_the_right_to_set_limits_runs_jobs_and_says_why(
     roles: Roles, caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO)
-    rows(roles.dsn, sql.SQL("REVOKE INSERT ON pgq.concurrency_limits FROM {}").format(
+    rows(roles.dsn, sql.SQL("REVOKE EXECUTE ON FUNCTION pgq.concurrency_limit_set(text, integer) FROM {}").format(
         sql.Identifier(roles.names.worker)).as_string(None))
     app = pgq.App(roles.producer)
 
