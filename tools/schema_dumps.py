@@ -46,16 +46,17 @@ def main(argv: list[str]) -> int:
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
-        head = int(migrate.head_revision())
+        # The revisions in order, from the files (numbers may leave gaps while branches are merged).
+        revisions = sorted(p.name[:4] for p in (ROOT / "alembic" / "versions").glob("[0-9][0-9][0-9][0-9]_*.py"))
+        head = len(revisions)
         migrate.upgrade(dsn)
         dump(dsn, out / "head.sql")
-        for number in range(head - 1, -1, -1):
-            revision = f"{number:04d}" if number else "base"
+        for revision in [*reversed(revisions[:-1]), "base"]:
             migrate.downgrade(dsn, revision)
             dump(dsn, out / f"down_{revision}.sql")
-        for number in range(1, head + 1):
-            migrate.upgrade(dsn, f"{number:04d}")
-            dump(dsn, out / f"up_{number:04d}.sql")
+        for revision in revisions:
+            migrate.upgrade(dsn, revision)
+            dump(dsn, out / f"up_{revision}.sql")
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -9,9 +9,12 @@ AS $fn$
         ON CONFLICT DO NOTHING
         RETURNING awaited_jobs.job_id
     )
-    SELECT j.* FROM pgq.jobs j JOIN marked m ON m.job_id = j.id;
+    -- The row as it is, but for the lease token (revision 0020): a producer may mark any job.
+    SELECT r.* FROM pgq.jobs j JOIN marked m ON m.job_id = j.id,
+        LATERAL jsonb_populate_record(j, '{"lease_token": null}'::jsonb) r;
 $fn$;
 
 COMMENT ON FUNCTION pgq.mark_awaited(bigint) IS
     'Mark a waiting, queued or running job awaited (Queue.wait): a row of pgq.awaited_jobs, so that '
-    'finishing the job notifies channel pgq_finished. Returns the job, or no row when it was not marked now.';
+    'finishing the job notifies channel pgq_finished. Returns the job without its lease token (revision '
+    '0020), or no row when it was not marked now.';

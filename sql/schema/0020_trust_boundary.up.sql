@@ -12,41 +12,10 @@
 
 -- 1. Lease tokens -------------------------------------------------------------------------------
 
-CREATE FUNCTION pgq.leases_lost(p_ids bigint[], p_tokens uuid[])
-RETURNS TABLE(id bigint, cancelled boolean)
-LANGUAGE sql STABLE
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $fn$
-    SELECT h.id, coalesce(j.status::text = 'cancelled', false)
-    FROM unnest(p_ids, p_tokens) AS h(id, token)
-    LEFT JOIN pgq.jobs j ON j.id = h.id
-    WHERE j.lease_token IS DISTINCT FROM h.token
-$fn$;
+-- pgq:function leases_lost
 REVOKE EXECUTE ON FUNCTION pgq.leases_lost(bigint[], uuid[]) FROM PUBLIC;
-COMMENT ON FUNCTION pgq.leases_lost(bigint[], uuid[]) IS
-    'Which of the given attempts (job id, lease token) no longer hold their lease, and whether because the '
-    'job was cancelled (revision 0020): a worker''s lease check without reading pgq.jobs.lease_token, '
-    'which no role but the admin may read.';
 
-CREATE OR REPLACE FUNCTION pgq.mark_awaited(job_id bigint) RETURNS SETOF pgq.jobs
-LANGUAGE sql
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $fn$
-    WITH marked AS (
-        INSERT INTO pgq.awaited_jobs (job_id)
-        SELECT j.id FROM pgq.jobs j
-        WHERE j.id = mark_awaited.job_id AND j.status::text IN ('waiting', 'queued', 'running')
-        ON CONFLICT DO NOTHING
-        RETURNING awaited_jobs.job_id
-    )
-    -- The row as it is, but for the lease token (revision 0020): a producer may mark any job.
-    SELECT r.* FROM pgq.jobs j JOIN marked m ON m.job_id = j.id,
-        LATERAL jsonb_populate_record(j, '{"lease_token": null}'::jsonb) r;
-$fn$;
-COMMENT ON FUNCTION pgq.mark_awaited(bigint) IS
-    'Mark a waiting, queued or running job awaited (Queue.wait): a row of pgq.awaited_jobs, so that '
-    'finishing the job notifies channel pgq_finished. Returns the job without its lease token (revision '
-    '0020), or no row when it was not marked now.';
+-- pgq:function mark_awaited
 
 -- 2. Bounded times ------------------------------------------------------------------------------
 -- Every time pgq stores is one every reader can read (psycopg reads no 'infinity', no year outside
@@ -108,84 +77,14 @@ DELETE FROM pgq.group_rate_starts s WHERE NOT (s.at <= now() + interval '1 day')
 -- and the tables' own (max_running >= 1, per_s in (0, 86400], starts and window given together).
 -- Removing a limit (DELETE) stays with the admin. Each returns what its sql/*_set.sql returned.
 
-CREATE FUNCTION pgq.concurrency_limit_set(p_kind text, p_max_running integer)
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    created boolean;
-BEGIN
-    IF p_kind IS NULL OR p_kind = '' OR p_max_running IS NULL OR p_max_running < 1 THEN
-        RAISE EXCEPTION 'pgq.concurrency_limit_set: need a non-empty kind and a max_running >= 1, got % and %',
-                        coalesce(quote_literal(p_kind), 'NULL'), coalesce(p_max_running::text, 'NULL')
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    INSERT INTO pgq.concurrency_limits AS c (kind, max_running)
-    VALUES (p_kind, p_max_running)
-    ON CONFLICT (kind) DO UPDATE SET max_running = excluded.max_running, updated_at = now()
-    RETURNING (c.xmax = 0) INTO created;
-    RETURN created;
-END;
-$fn$;
+-- pgq:function concurrency_limit_set
 REVOKE EXECUTE ON FUNCTION pgq.concurrency_limit_set(text, integer) FROM PUBLIC;
-COMMENT ON FUNCTION pgq.concurrency_limit_set(text, integer) IS
-    'Set the running-jobs limit of a kind (revision 0020: a worker''s only way to write it). Returns whether '
-    'the kind had no such limit before (its jobs are then marked by pgq.limits_changed).';
 
-CREATE FUNCTION pgq.rate_limit_set(p_kind text, p_max_starts integer, p_per_s double precision)
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    created boolean;
-BEGIN
-    IF p_kind IS NULL OR p_kind = '' OR p_max_starts IS NULL OR p_max_starts < 1
-            OR NOT (p_per_s > 0 AND p_per_s <= 86400) THEN
-        RAISE EXCEPTION 'pgq.rate_limit_set: need a non-empty kind, max_starts >= 1 and a window of (0, 86400] '
-                        's, got %, % and %', coalesce(quote_literal(p_kind), 'NULL'),
-                        coalesce(p_max_starts::text, 'NULL'), coalesce(p_per_s::text, 'NULL')
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    INSERT INTO pgq.rate_limits AS r (kind, max_starts, per_s)
-    VALUES (p_kind, p_max_starts, p_per_s)
-    ON CONFLICT (kind) DO UPDATE SET max_starts = excluded.max_starts, per_s = excluded.per_s, updated_at = now()
-    RETURNING (r.xmax = 0) INTO created;
-    RETURN created;
-END;
-$fn$;
+-- pgq:function rate_limit_set
 REVOKE EXECUTE ON FUNCTION pgq.rate_limit_set(text, integer, double precision) FROM PUBLIC;
-COMMENT ON FUNCTION pgq.rate_limit_set(text, integer, double precision) IS
-    'Set the rate limit of a kind: at most max_starts starts in any per_s-second window (revision 0020: a '
-    'worker''s only way to write it). Returns whether the kind had no such limit before.';
 
-CREATE FUNCTION pgq.group_limits_set(p_kind text, p_max_running integer, p_max_starts integer,
-                                     p_per_s double precision)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    IF p_kind IS NULL OR p_kind = '' OR p_max_running < 1 OR p_max_starts < 1
-            OR (p_max_starts IS NULL) <> (p_per_s IS NULL) OR NOT (p_per_s > 0 AND p_per_s <= 86400) THEN
-        RAISE EXCEPTION 'pgq.group_limits_set: need a non-empty kind, max_running >= 1 or NULL, and max_starts '
-                        '>= 1 with a window of (0, 86400] s, or both NULL; got %, %, % and %',
-                        coalesce(quote_literal(p_kind), 'NULL'), coalesce(p_max_running::text, 'NULL'),
-                        coalesce(p_max_starts::text, 'NULL'), coalesce(p_per_s::text, 'NULL')
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    INSERT INTO pgq.group_limits AS g (kind, max_running, max_starts, per_s)
-    VALUES (p_kind, p_max_running, p_max_starts, p_per_s)
-    ON CONFLICT (kind) DO UPDATE
-    SET max_running = excluded.max_running, max_starts = excluded.max_starts, per_s = excluded.per_s,
-        updated_at = now();
-END;
-$fn$;
+-- pgq:function group_limits_set
 REVOKE EXECUTE ON FUNCTION pgq.group_limits_set(text, integer, integer, double precision) FROM PUBLIC;
-COMMENT ON FUNCTION pgq.group_limits_set(text, integer, integer, double precision) IS
-    'Set the per-group limits of a kind (NULL: no such limit; revision 0020: a worker''s only way to write '
-    'them). The claim''s turn_after stays as it is.';
 
 -- 4. Sequence tails are pruned ------------------------------------------------------------------
 -- pgq.sequence_tails kept one row per (queue, sequence key) ever used. A tail whose job is deleted
@@ -196,22 +95,7 @@ COMMENT ON FUNCTION pgq.group_limits_set(text, integer, integer, double precisio
 -- row a producer holds (the enqueue of the key's next job, which moves the tail on anyway), so the
 -- purge never waits for a producer and the two cannot deadlock.
 
-CREATE FUNCTION pgq.sequence_tail_prune() RETURNS trigger
-LANGUAGE plpgsql
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    DELETE FROM pgq.sequence_tails t
-    WHERE t.ctid = ANY(ARRAY(SELECT o.ctid FROM pgq.sequence_tails o
-                             WHERE o.queue = OLD.queue AND o.sequence_key = OLD.sequence_key
-                               AND o.job_id = OLD.id
-                             FOR UPDATE SKIP LOCKED));
-    RETURN NULL;
-END;
-$fn$;
-COMMENT ON FUNCTION pgq.sequence_tail_prune() IS
-    'Trigger of pgq.jobs (AFTER DELETE, rows with a sequence key only): deletes the key''s tail when it '
-    'names the deleted job, unless a producer holds it (revision 0020).';
+-- pgq:function sequence_tail_prune
 REVOKE EXECUTE ON FUNCTION pgq.sequence_tail_prune() FROM PUBLIC;
 CREATE TRIGGER jobs_sequence_tail_prune_trg AFTER DELETE ON pgq.jobs
 FOR EACH ROW WHEN (OLD.sequence_key IS NOT NULL)
