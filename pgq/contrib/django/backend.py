@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import importlib
+import traceback
 from collections.abc import Callable, Iterable, Mapping
 from inspect import iscoroutinefunction
 from typing import Any
@@ -32,6 +34,8 @@ from ._tasks import (
     TaskResultDoesNotExist,
     normalize_json,
     task_enqueued,
+    task_finished,
+    task_started,
 )
 from ._tasks import TaskResultStatus as Status
 
@@ -45,6 +49,10 @@ STATUSES: Mapping[JobStatus, Any] = {
     JobStatus.SUCCEEDED: Status.SUCCESSFUL, JobStatus.FAILED: Status.FAILED, JobStatus.CANCELLED: Status.FAILED,
 }
 """The Django result status of each pgq job status."""
+
+RUN_AFTER_KEY = "run_after"
+"""The payload key holding the task's `run_after` (ISO 8601), present only when the task was enqueued
+with one: a result's task is the task as enqueued, not as pgq rescheduled it."""
 
 ERROR_CLASS_KEY = "django_exception_class"
 """The key of the job's progress under which a failed attempt records its exception's class path
@@ -62,15 +70,19 @@ class PgqBackend(BaseTaskBackend):
     which the worker imports. `QUEUES` as Django's: the queues tasks may name (empty: any), which
     `pgq_worker` serves by default.
 
+    Signals: `task_enqueued` on enqueue; `task_started` and `task_finished` on the worker around each
+    attempt (`task_finished`'s result has the attempt's status, return value or error, and no
+    `finished_at` yet: the outcome is stored after it; receivers' exceptions are logged, not raised).
+
     The mapping: a task's job kind is its `module_path`, its payload ``{"args": [...], "kwargs":
-    {...}}``, its queue `queue_name`; Django's `priority` (higher first, -100..100) is pgq's with the
-    sign turned (lower first); `run_after` is the job's run_at; the result id is the job id. A result's
+    {...}}`` (and ``"run_after"`` when the task has one), its queue `queue_name`; Django's `priority` (higher first, -100..100) is pgq's with the
+    sign turned (lower first); `run_after` is the job's run_at (and is kept in the payload, so that a
+    result's task is the task as enqueued); the result id is the job id. A result's
     status is READY for queued and waiting jobs, RUNNING, SUCCESSFUL, or FAILED for failed and
     cancelled ones; `return_value` is the job's result; `enqueued_at`, `started_at`, `finished_at`
     come from the database clock (`last_attempted_at` is the last attempt's start). What does not map:
     `errors` holds the last attempt's error only (pgq keeps one), `worker_ids` repeats the last
-    attempt's worker once per attempt, the `task_started` and `task_finished` signals are not sent
-    (`task_enqueued` is), a result lasts as long as pgq's retention keeps its finished job, and a task
+    attempt's worker once per attempt, a result lasts as long as pgq's retention keeps its finished job, and a task
     enqueued through this backend runs only on `pgq_worker` (not on a plain `pgq worker`, which does
     not know Django's tasks). The task API is Django's `django.tasks` where Django has it (6.0 and
     later), else the `django-tasks` backport's (see `_tasks`).
@@ -101,7 +113,10 @@ class PgqBackend(BaseTaskBackend):
         """Write `task`'s job through the Django connection (in its transaction, if one is open) and
         return its result, status READY."""
         self.validate_task(task)
-        spec = JobSpec(task.module_path, {"args": normalize_json(args), "kwargs": normalize_json(kwargs)},
+        payload: dict[str, Any] = {"args": normalize_json(args), "kwargs": normalize_json(kwargs)}
+        if task.run_after is not None:
+            payload[RUN_AFTER_KEY] = task.run_after.isoformat()  # kept as given: run_at moves with retries
+        spec = JobSpec(task.module_path, payload,
                        queue=task.queue_name, priority=-task.priority, run_at=task.run_after,
                        max_attempts=self.max_attempts)
         conn = self.connection()
@@ -153,7 +168,9 @@ class PgqBackend(BaseTaskBackend):
         """`job` as a Django TaskResult; None when its kind is no task of this backend."""
         task = self.task_of(job.kind)
         payload = job.payload if isinstance(job.payload, dict) else {}
-        changes: dict[str, Any] = {"queue_name": job.queue, "run_after": job.run_at}
+        run_after = payload.get(RUN_AFTER_KEY)
+        changes: dict[str, Any] = {"queue_name": job.queue,
+                                   "run_after": None if run_after is None else dt.datetime.fromisoformat(run_after)}
         if TASK_MIN_PRIORITY <= -job.priority <= TASK_MAX_PRIORITY:
             changes["priority"] = -job.priority
         if task is None or (self.queues and job.queue not in self.queues):
@@ -211,24 +228,44 @@ class PgqBackend(BaseTaskBackend):
     def _handler(self, task: Task[Any, Any]) -> Callable[[list[Any], dict[str, Any]], Any]:
         func: Callable[..., Any] = async_to_sync(task.func) if iscoroutinefunction(task.func) else task.func
 
-        def run(args: list[Any], kwargs: dict[str, Any]) -> Any:
+        def run(args: list[Any], kwargs: dict[str, Any], run_after: str | None = None) -> Any:
             close_old_connections()  # as Django does around a request: no stale connection of this thread
+            result = self.result_of(current_job())
+            assert result is not None  # the worker runs this backend's tasks only
+            result = dataclasses.replace(result, status=Status.RUNNING)  # type: ignore[arg-type]  # stubs: choices as tuples
+            task_started.send(type(self), task_result=result)
             try:
                 if task.takes_context:
-                    result = self.result_of(current_job())
-                    assert result is not None
                     value = func(TaskContext(task_result=result), *args, **kwargs)
                 else:
                     value = func(*args, **kwargs)
-            except Exception as exc:
-                set_progress({ERROR_CLASS_KEY: f"{type(exc).__module__}.{type(exc).__qualname__}"})
+                value = normalize_json(value)  # a value JSON cannot hold fails the task, as Django's do
+            except BaseException as exc:  # SystemExit and KeyboardInterrupt too: the worker fails the job
+                path = f"{type(exc).__module__}.{type(exc).__qualname__}"
+                set_progress({ERROR_CLASS_KEY: path})
+                _finished(self, result, Status.FAILED, error=TaskError(exception_class_path=path,
+                                                                        traceback=_traceback(exc)))
                 raise
             finally:
                 close_old_connections()
-            return normalize_json(value)
+            _finished(self, result, Status.SUCCESSFUL, value=value)
+            return value
 
         run.__name__ = task.name
         return run
+
+
+def _finished(backend: PgqBackend, result: TaskResult[Any], status: Any, *, value: Any = None,
+              error: TaskError | None = None) -> None:
+    """Send Django's `task_finished` for `result`, as it is about to be stored: `status`, its return
+    value or its error (a receiver that raises is logged by Django's signal, never fails the job)."""
+    finished = dataclasses.replace(result, status=status, errors=[*result.errors, *([error] if error else [])])
+    object.__setattr__(finished, "_return_value", value)
+    task_finished.send_robust(type(backend), task_result=finished)
+
+
+def _traceback(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc))
 
 
 def _cursor(conn: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
