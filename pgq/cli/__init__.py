@@ -8,7 +8,9 @@ exit status instead of exiting, so tests can call it in-process. Exit statuses:
 - 0: success;
 - 1: an operational error: the database cannot be reached, is not migrated, a job is not found or is
   in the wrong state for the operation;
-- 2: bad arguments or input (argparse's usage errors, a payload that is not JSON, a job pgq rejects).
+- 2: bad arguments or input (argparse's usage errors, a payload that is not a JSON object, a job pgq
+  rejects), and a worker whose database waiting cannot fix (no such database or role, wrong
+  credentials, pgq's schema missing).
 
 Every expected error is reported as ONE line on stderr, ``pgq: error: <message>``, never a traceback.
 Connections fail fast: the DSN gets ``connect_timeout=5`` unless it sets its own.
@@ -115,7 +117,8 @@ _EPILOG = """\
 exit status:
   0  success
   1  error: the database cannot be reached or is not migrated, no such job, wrong job state
-  2  bad arguments or input (nothing was written)
+  2  bad arguments or input (nothing was written); for `pgq worker`, also a database that
+     waiting cannot fix: no such database or role, wrong credentials, not migrated
 
 examples:
   export PGQ_DSN=postgresql://postgres@localhost:5432/app

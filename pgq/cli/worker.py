@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 from typing import Any
 
-from ..errors import one_line
+from ..errors import NotMigrated, one_line
 from .args import int_range, non_empty, seconds_arg
 from .common import (
     ENV_DSN,
+    EXIT_ERROR,
     EXIT_OK,
+    EXIT_USAGE,
     CliError,
     Commands,
     Formatter,
@@ -21,7 +24,14 @@ from .common import (
 )
 from .logs import setup_logging
 
-__all__ = ["register", "wait_for_database"]
+__all__ = ["REFUSED", "register", "wait_for_database"]
+
+REFUSED = re.compile(
+    r'database "[^"]*" does not exist|role "[^"]*" does not exist|password authentication failed'
+    r"|authentication failed for user|no pg_hba\.conf entry|no password supplied|permission denied for database",
+    re.IGNORECASE)
+"""Connection failures that waiting cannot fix (the server answered: no such database or role, wrong
+credentials, not allowed): the worker stops at once with exit 2 instead of retrying."""
 
 logger = logging.getLogger("pgq.worker")
 
@@ -45,6 +55,9 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
             "Run a worker for the tasks registered on an App until SIGTERM or SIGINT. On the first\n"
             "signal it stops claiming, lets running jobs finish for up to --drain-timeout seconds, then\n"
             "hands the unfinished ones back to the queue; a second signal aborts at once.\n"
+            "It waits while the database cannot be reached (see --connect-wait), but stops at once, with\n"
+            "exit status 2, when waiting cannot help: no such database or role, wrong credentials, or a\n"
+            "database without pgq's schema.\n"
             "The current directory is importable, as with `python -m`."
         ),
     )
@@ -164,21 +177,34 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def wait_for_database(dsn: str, wait: float | None) -> None:
     """Check that `dsn` is reachable and migrated, retrying connection failures through tenacity
     (jittered exponential backoff up to 10 s, each retry logged at WARNING) for `wait` seconds (None:
-    until it connects). Raises CliError once `wait` has passed, NotMigrated at once."""
+    until it connects). Raises CliError (exit 1) once `wait` has passed; CliError with exit 2 at once
+    when retrying cannot help: the server refused the connection (see REFUSED) or pgq's schema is
+    missing or outdated."""
     import tenacity
 
     def log(state: tenacity.RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None
         delay = state.next_action.sleep if state.next_action is not None else 0.0
-        logger.warning("waiting for the database: %s; retrying in %.1f s", one_line(exc) if exc else "?",
+        logger.warning("waiting for the database: %s; retrying in %.2f s", one_line(exc) if exc else "?",
                        delay, extra={"event": "db_unavailable", "step": "start", "failures": state.attempt_number})
 
     retrying = tenacity.Retrying(
-        retry=tenacity.retry_if_exception_type(CliError),
-        wait=tenacity.wait_random_exponential(multiplier=0.25, max=10.0),
+        retry=tenacity.retry_if_exception(lambda exc: isinstance(exc, CliError) and exc.code == EXIT_ERROR),
+        wait=tenacity.wait_random_exponential(multiplier=0.25, min=0.1, max=10.0),
         stop=tenacity.stop_never if wait is None else tenacity.stop_after_delay(wait),
         before_sleep=log, reraise=True,
     )
     for attempt in retrying:
         with attempt:
-            check_database(dsn)
+            _check(dsn)
+
+
+def _check(dsn: str) -> None:
+    try:
+        check_database(dsn)
+    except CliError as exc:
+        if REFUSED.search(str(exc)):
+            raise CliError(f"{exc} (not retried: fix the DSN or the server's settings)", EXIT_USAGE) from None
+        raise
+    except NotMigrated as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None

@@ -91,7 +91,7 @@ def test_worker_on_unmigrated_database_says_run_pgq_migrate(cli: CLI, app_dir: P
     monkeypatch.delitem(sys.modules, "cli_test_app", raising=False)
     result = cli("worker", "cli_test_app:app")
     sys.modules.pop("cli_test_app", None)
-    assert result.code == 1
+    assert result.code == 2  # stops at once: waiting cannot migrate it
     assert "run `pgq migrate`" in result.err and len(result.err_lines) == 1
 
 
@@ -125,6 +125,20 @@ def test_worker_retries_an_unreachable_database_with_logged_backoff_until_connec
     assert len(retries) >= 2 and all("retrying in" in line for line in retries), result.err
     assert result.code == 1 and result.err.strip().splitlines()[-1].startswith(
         "pgq: error: cannot connect to the database")
+
+
+@pytest.mark.parametrize("change", [{"dbname": "pgq_no_such_database"}, {"user": "pgq_no_such_role"}])
+def test_worker_stops_with_exit_2_when_the_server_refuses_it(app_dir: Path, pgq_dsn: str,
+                                                              change: dict[str, str]) -> None:
+    """A database or role that does not exist (or wrong credentials) is not an outage: no retries."""
+    from psycopg.conninfo import make_conninfo
+
+    result = run_subprocess("worker", "cli_test_app:app", "--dsn", make_conninfo(pgq_dsn, **change), cwd=str(app_dir),
+                            env={"CLI_TEST_APP_DSN": pgq_dsn}, timeout=30)
+    assert result.code == 2, result.err
+    [line] = result.err.strip().splitlines()
+    assert line.startswith("pgq: error: cannot connect to the database") and "not retried" in line
+    assert "does not exist" in line
 
 
 @pytest.mark.slow
