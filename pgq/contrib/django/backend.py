@@ -75,17 +75,18 @@ class PgqBackend(BaseTaskBackend):
     `finished_at` yet: the outcome is stored after it; receivers' exceptions are logged, not raised).
 
     The mapping: a task's job kind is its `module_path`, its payload ``{"args": [...], "kwargs":
-    {...}}`` (and ``"run_after"`` when the task has one), its queue `queue_name`; Django's `priority` (higher first, -100..100) is pgq's with the
-    sign turned (lower first); `run_after` is the job's run_at (and is kept in the payload, so that a
-    result's task is the task as enqueued); the result id is the job id. A result's
-    status is READY for queued and waiting jobs, RUNNING, SUCCESSFUL, or FAILED for failed and
-    cancelled ones; `return_value` is the job's result; `enqueued_at`, `started_at`, `finished_at`
-    come from the database clock (`last_attempted_at` is the last attempt's start). What does not map:
-    `errors` holds the last attempt's error only (pgq keeps one), `worker_ids` repeats the last
-    attempt's worker once per attempt, a result lasts as long as pgq's retention keeps its finished job, and a task
-    enqueued through this backend runs only on `pgq_worker` (not on a plain `pgq worker`, which does
-    not know Django's tasks). The task API is Django's `django.tasks` where Django has it (6.0 and
-    later), else the `django-tasks` backport's (see `_tasks`).
+    {...}}`` (and ``"run_after"`` when the task has one), its queue `queue_name`; Django's
+    `priority` (higher first, -100..100) is pgq's with the sign turned (lower first); `run_after` is
+    the job's run_at (and is kept in the payload, so that a result's task is the task as enqueued);
+    the result id is the job id. A result's status is READY for queued and waiting jobs, RUNNING,
+    SUCCESSFUL, or FAILED for failed and cancelled ones; `return_value` is the job's result;
+    `enqueued_at`, `started_at`, `finished_at` come from the database clock (`last_attempted_at` is the
+    last attempt's start). What does not map: `errors` holds the last attempt's error only (pgq keeps
+    one), `worker_ids` repeats the last attempt's worker once per attempt, a result lasts as long as
+    pgq's retention keeps its finished job, and a task enqueued through this backend runs only on
+    `pgq_worker` (not on a plain `pgq worker`, which does not know Django's tasks). The task API is
+    Django's `django.tasks` where Django has it (6.0 and later), else the `django-tasks` backport's (see
+    `_tasks`).
     """
 
     supports_defer = True
