@@ -45,6 +45,7 @@ from .common import (
     one_line,
 )
 from .logs import JsonLogFormatter, TextLogFormatter, setup_logging
+from .parser import Parser
 from .render import format_age, format_duration, render_table
 from .status import format_status
 
@@ -144,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     Each sub-command's namespace carries `handler`, the function that runs it.
     """
-    parser = argparse.ArgumentParser(prog="pgq", description=_DESCRIPTION, epilog=_EPILOG, formatter_class=Formatter)
+    parser = Parser(prog="pgq", description=_DESCRIPTION, epilog=_EPILOG, formatter_class=Formatter)
     parser.add_argument("--version", action="version", version=f"pgq {package_version()}",
                         help="print pgq's version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

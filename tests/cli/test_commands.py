@@ -663,3 +663,18 @@ def test_help_through_python_dash_m() -> None:
 def test_no_command_is_a_usage_error(cli: CLI) -> None:
     result = cli()
     assert result.code == 2 and "required: COMMAND" in result.err
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["worker", "--concurency", "4", "app:app"], "pgq worker: error: unrecognized option: --concurency "
+                                                 "(did you mean --concurrency?)"),
+    (["enqueue", "k", "--payloud", "{}"], "pgq enqueue: error: unrecognized option: --payloud (did you mean --payload?)"),
+    (["wroker", "app:app"], "(did you mean 'worker'?)"),
+    (["jobs", "lst"], "(did you mean 'list'?)"),
+    (["status", "--bogus"], "pgq status: error: unrecognized option: --bogus"),
+])
+def test_typos_get_the_command_s_own_usage_and_a_did_you_mean(cli: CLI, args: list[str], said: str) -> None:
+    result = cli(*args)
+    assert result.code == 2 and result.out == ""
+    assert said in result.err_lines[-1], result.err
+    assert result.err_lines[0].startswith(f"usage: pgq {args[0]}" if args[0] != "wroker" else "usage: pgq ")
