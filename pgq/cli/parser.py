@@ -15,7 +15,7 @@ class Parser(argparse.ArgumentParser):
     that command (its usage, and the closest of its options), and a misspelt command name gets the
     closest command. Sub-command parsers are of this class too (argparse makes them of the parent's)."""
 
-    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         """As argparse's, except that this parser reports its own unknown options at once (exit 2)."""
         parsed, extras = super().parse_known_args(args, namespace)
         unknown = [arg.split("=", 1)[0] for arg in extras if arg.startswith("-") and arg != "-"]
