@@ -67,10 +67,15 @@ def _logfmt(value: Any) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def setup_logging(level: str, fmt: str, stream: TextIO | None = None) -> None:
+def setup_logging(level: str, fmt: str, stream: TextIO | None = None, *, quiet: bool = False) -> None:
     """Send every log record at `level` or above to `stream` (default: stderr) as one line each, in
-    `fmt` "text" or "json". Replaces the root logger's handlers."""
+    `fmt` "text" or "json". Replaces the root logger's handlers. `quiet`: leave out the worker's
+    per-job lines below WARNING (a job's start, success, snooze, cancel and hand-back)."""
     handler = logging.StreamHandler(stream or sys.stderr)
+    if quiet:
+        from ..worker.outcome import QUIET_EVENTS
+
+        handler.addFilter(lambda r: r.levelno >= logging.WARNING or getattr(r, "event", None) not in QUIET_EVENTS)
     handler.setFormatter(JsonLogFormatter() if fmt == "json" else TextLogFormatter())
     root = logging.getLogger()
     for old in root.handlers[:]:

@@ -129,8 +129,14 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--log-level", metavar="LEVEL", default="INFO", type=str.upper,
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="DEBUG, INFO, WARNING or ERROR; INFO logs the worker's start, stop and recoveries, retries "
-        "at WARNING and failures at ERROR; DEBUG adds one line per job start and success (default: INFO)",
+        help="DEBUG, INFO, WARNING or ERROR; INFO logs the worker's start, stop and recoveries and one "
+        "line per finished job (kind, id, outcome, duration), retries at WARNING and failures at ERROR; "
+        "DEBUG adds one line per job start (default: INFO)",
+    )
+    p.add_argument(
+        "--quiet", action="store_true",
+        help="leave out the per-job lines below WARNING (successes, snoozes, cancels, hand-backs); "
+        "retries and failures are still logged",
     )
     p.add_argument(
         "--log-format", default="text", choices=["text", "json"],
@@ -149,7 +155,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     dsn = connect_dsn(args.dsn or app.dsn)
     # Logging starts once the App loads: a bad app or DSN stays one line on stderr; the wait for the
     # database is logged.
-    setup_logging(args.log_level, args.log_format)
+    setup_logging(args.log_level, args.log_format, quiet=args.quiet)
     wait_for_database(dsn, args.connect_wait)
     options: dict[str, Any] = {
         "queues": args.queues,
