@@ -24,7 +24,7 @@ from .common import (
 )
 from .logs import setup_logging
 
-__all__ = ["REFUSED", "register", "wait_for_database"]
+__all__ = ["REFUSED", "add_worker_options", "register", "wait_for_database", "worker_settings"]
 
 REFUSED = re.compile(
     r'database "[^"]*" does not exist|role "[^"]*" does not exist|password authentication failed'
@@ -62,13 +62,21 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
         ),
     )
     p.add_argument("app", metavar="MODULE:APP", help="where the App is, e.g. myapp.tasks:app")
+    add_worker_options(p)
+    p.set_defaults(handler=cmd_worker)
+
+
+def add_worker_options(p: argparse.ArgumentParser, queues_default: str = "every queue") -> None:
+    """Add the options of a worker run (all but the App and the DSN) to `p`: `pgq worker`'s, which
+    `manage.py pgq_worker` shares; `worker_settings` turns them into Worker keywords.
+    `queues_default` says which queues it serves without --queue."""
     p.add_argument(
         "--queue",
         dest="queues",
         metavar="Q",
         action="append",
         type=non_empty("queue"),
-        help="work on queue Q; repeat for several (default: every queue)",
+        help=f"work on queue Q; repeat for several (default: {queues_default})",
     )
     p.add_argument(
         "--concurrency", metavar="N", type=int_range("concurrency", 1, 10_000),
@@ -112,7 +120,7 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
         "database when --dsn is a PgBouncer in transaction mode (default: the worker's DSN)",
     )
     p.add_argument(
-        "--claimed-by", metavar="NAME", type=non_empty("claimed-by"),
+        "--claimed-by", "--worker-id", metavar="NAME", type=non_empty("claimed-by"),
         help="worker name recorded on the jobs it claims (default: HOST-PID)",
     )
     p.add_argument(
@@ -142,7 +150,25 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
         "--log-format", default="text", choices=["text", "json"],
         help="text: one readable line per event; json: one JSON object per line (default: text)",
     )
-    p.set_defaults(handler=cmd_worker)
+
+
+def worker_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The Worker keywords of the options `add_worker_options` added, those left out omitted (they keep
+    WorkerConfig's defaults, so the defaults are defined in one place)."""
+    options: dict[str, Any] = {
+        "queues": args.queues,
+        "concurrency": args.concurrency,
+        "prefetch": args.prefetch,
+        "lease": args.lease,
+        "io_timeout": args.io_timeout,
+        "poll_interval": args.poll_interval,
+        "drain_timeout": args.drain_timeout,
+        "claimed_by": args.claimed_by,
+        "listen_dsn": args.listen_dsn,
+        "metrics_port": args.metrics_port,
+        "metrics_host": args.metrics_host,
+    }
+    return {k: v for k, v in options.items() if v is not None}
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -157,25 +183,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # database is logged.
     setup_logging(args.log_level, args.log_format, quiet=args.quiet)
     wait_for_database(dsn, args.connect_wait)
-    options: dict[str, Any] = {
-        "queues": args.queues,
-        "concurrency": args.concurrency,
-        "prefetch": args.prefetch,
-        "lease": args.lease,
-        "io_timeout": args.io_timeout,
-        "poll_interval": args.poll_interval,
-        "drain_timeout": args.drain_timeout,
-        "claimed_by": args.claimed_by,
-        "dsn": args.dsn,
-        "listen_dsn": args.listen_dsn,
-        "pgbouncer": True if args.pgbouncer else None,
-        "metrics_port": args.metrics_port,
-        "metrics_host": args.metrics_host,
-    }
-    # Options left out keep WorkerConfig's defaults, so they are defined in one place.
-    from ..worker import Worker
+    options = worker_settings(args)
+    if args.dsn:
+        options["dsn"] = args.dsn
+    if args.pgbouncer:
+        options["pgbouncer"] = True
+    from ..worker import Worker  # loaded once the checks passed
 
-    worker = Worker(app, **{k: v for k, v in options.items() if v is not None})
+    worker = Worker(app, **options)
     worker.run()
     return EXIT_OK
 
