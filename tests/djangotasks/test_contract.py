@@ -205,3 +205,38 @@ def test_a_task_path_no_worker_imports_stays_queued_as_documented(backend: Any) 
     assert run(backend) == []
     with psycopg.connect(backend.dsn, autocommit=True) as conn:
         assert conn.execute("SELECT status::text FROM pgq.jobs WHERE id = %s", (job_id,)).fetchone() == ("queued",)
+
+
+def test_pgq_statements_are_django_queries(backend: Any) -> None:
+    """assertNumQueries, CaptureQueriesContext and execute_wrapper hooks see pgq's statements."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.djangotasks.contract_tasks import calculate
+
+    hooked: list[str] = []
+
+    def hook(execute: Any, sql: Any, params: Any, many: bool, context: Any) -> Any:
+        hooked.append(str(sql))
+        return execute(sql, params, many, context)
+
+    with CaptureQueriesContext(connection) as captured, connection.execute_wrapper(hook):
+        result = calculate.enqueue(1, 2)
+        assert calculate.get_result(result.id).args == [1, 2]
+    assert len(captured.captured_queries) >= 2 and len(hooked) == len(captured.captured_queries)
+    assert any("pgq" in str(q["sql"]) for q in captured.captured_queries), captured.captured_queries
+    with connection.execute_wrapper(hook):  # no capture: the hooks alone, results still decoded
+        assert calculate.get_result(result.id).task == calculate
+
+
+def test_a_database_error_through_django_s_wrapper_is_psycopg_s_for_pgq_to_translate(backend: Any) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from pgq.contrib.django._cursor import django_cursor
+
+    connection.ensure_connection()
+    with CaptureQueriesContext(connection) as captured, django_cursor(connection) as cursor, \
+            pytest.raises(psycopg.errors.DivisionByZero):
+        cursor.execute("SELECT 1 / %s", [0])
+    assert "1 / " in str(captured.captured_queries[-1]["sql"])

@@ -17,12 +17,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections
 from django.utils.module_loading import import_string
 from psycopg.conninfo import make_conninfo
-from psycopg.types.json import JsonbBinaryLoader, JsonbLoader
 
 from ... import _ops
 from ...app import App
 from ...context import current_job, set_progress
 from ...models import Job, JobSpec, JobStatus
+from ._cursor import django_cursor
 from ._tasks import (
     TASK_MAX_PRIORITY,
     TASK_MIN_PRIORITY,
@@ -121,7 +121,7 @@ class PgqBackend(BaseTaskBackend):
                        queue=task.queue_name, priority=-task.priority, run_at=task.run_after,
                        max_attempts=self.max_attempts)
         conn = self.connection()
-        with _cursor(conn) as cursor:
+        with django_cursor(connections[self.database]) as cursor:
             [job_id] = _ops.run_sync(conn, _ops.enqueue([spec]), own_transaction=True, cursor=cursor)
         result = self._read(conn, job_id)
         assert result is not None  # written just now, in this transaction
@@ -161,7 +161,7 @@ class PgqBackend(BaseTaskBackend):
         return make_conninfo("", **{str(k): v for k, v in params.items() if k in known and isinstance(v, str | int)})
 
     def _read(self, conn: psycopg.Connection[Any], job_id: int) -> TaskResult[Any] | None:
-        with _cursor(conn) as cursor:
+        with django_cursor(connections[self.database]) as cursor:
             job = _ops.run_sync(conn, _ops.get(job_id), own_transaction=True, cursor=cursor)
         return None if job is None else self.result_of(job)
 
@@ -267,13 +267,3 @@ def _finished(backend: PgqBackend, result: TaskResult[Any], status: Any, *, valu
 
 def _traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc))
-
-
-def _cursor(conn: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
-    """A cursor of Django's connection fit for pgq's statements: server-side binding (Django's own
-    cursors bind client-side, which cannot fetch binary results) and jsonb decoded as pgq does
-    (Django loads it as text, for its JSONField to decode)."""
-    cursor = psycopg.Cursor(conn)
-    cursor.adapters.register_loader("jsonb", JsonbLoader)
-    cursor.adapters.register_loader("jsonb", JsonbBinaryLoader)
-    return cursor
