@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import time
 
 import psycopg
@@ -678,3 +679,12 @@ def test_typos_get_the_command_s_own_usage_and_a_did_you_mean(cli: CLI, args: li
     assert result.code == 2 and result.out == ""
     assert said in result.err_lines[-1], result.err
     assert result.err_lines[0].startswith(f"usage: pgq {args[0]}" if args[0] != "wroker" else "usage: pgq ")
+
+
+def test_status_watch_refreshes_until_count(cli: CLI, pgq_dsn: str, pgq_queue: Queue) -> None:
+    pgq_queue.enqueue("k", {}, queue="watched")
+    result = cli("status", "--dsn", pgq_dsn, "--watch", "0.05", "--count", "3")
+    assert result.code == 0, result.err
+    assert len(re.findall(r"every 0\.05 s, Ctrl-C to stop", result.out)) == 3
+    assert result.out.count("watched") == 3 and "\x1b[2J" not in result.out  # no screen codes off a terminal
+    assert cli("status", "--dsn", pgq_dsn, "--count", "2").code == 2  # --count needs --watch
