@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 import psycopg
 
 from ..errors import InvalidJob, PgqError
-from . import bench, dashboard, demo, enqueue, jobs, migrate, purge, queue, roles, status, worker, workers
+from . import bench, dashboard, demo, enqueue, init, jobs, migrate, purge, queue, roles, status, worker, workers
 from .args import parse_duration
 from .common import (
     CONNECT_TIMEOUT_S,
@@ -69,7 +69,7 @@ __all__ = [
     "setup_logging",
 ]
 
-COMMANDS = (migrate, roles, worker, enqueue, status, workers, queue, jobs, purge, dashboard, demo, bench)
+COMMANDS = (init, migrate, roles, worker, enqueue, status, workers, queue, jobs, purge, dashboard, demo, bench)
 """The command modules, in the order of `pgq --help`; each has `register(commands, dsn_parent)`."""
 
 
