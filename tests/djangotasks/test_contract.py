@@ -240,3 +240,17 @@ def test_a_database_error_through_django_s_wrapper_is_psycopg_s_for_pgq_to_trans
             pytest.raises(psycopg.errors.DivisionByZero):
         cursor.execute("SELECT 1 / %s", [0])
     assert "1 / " in str(captured.captured_queries[-1]["sql"])
+
+
+def test_a_job_outside_queues_still_runs_without_signals(backend: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """A job of a task put in a queue the backend does not name (by SQL, say) runs; Django cannot
+    read it back (get_result), so no signal carries it."""
+    from pgq.contrib.django._tasks import SOURCE
+
+    with psycopg.connect(backend.dsn, autocommit=True) as conn:
+        [job_id] = conn.execute("SELECT pgq.enqueue('tests.djangotasks.contract_tasks.calculate', "
+                                """'{"args": [2, 3], "kwargs": {}}', 'elsewhere')""").fetchone()
+    with caplog.at_level(logging.INFO, logger=SOURCE):
+        [job] = run(backend)
+    assert (job.id, job.result) == (job_id, 5)
+    assert [r for r in caplog.records if r.name == SOURCE] == []

@@ -231,12 +231,16 @@ class PgqBackend(BaseTaskBackend):
 
         def run(args: list[Any], kwargs: dict[str, Any], run_after: str | None = None) -> Any:
             close_old_connections()  # as Django does around a request: no stale connection of this thread
+            # None for a job outside QUEUES (enqueued by other means than Django's): no signals then.
             result = self.result_of(current_job())
-            assert result is not None  # the worker runs this backend's tasks only
-            result = dataclasses.replace(result, status=Status.RUNNING)  # type: ignore[arg-type]  # stubs: choices as tuples
-            task_started.send(type(self), task_result=result)
+            if result is not None:
+                result = dataclasses.replace(result, status=Status.RUNNING)  # type: ignore[arg-type]  # stubs
+                task_started.send_robust(type(self), task_result=result)
             try:
                 if task.takes_context:
+                    if result is None:
+                        raise ImproperlyConfigured(f"job {current_job().id} is in queue {current_job().queue!r}, "
+                                                   f"not one of TASKS[{self.alias!r}]['QUEUES']")
                     value = func(TaskContext(task_result=result), *args, **kwargs)
                 else:
                     value = func(*args, **kwargs)
@@ -244,12 +248,14 @@ class PgqBackend(BaseTaskBackend):
             except BaseException as exc:  # SystemExit and KeyboardInterrupt too: the worker fails the job
                 path = f"{type(exc).__module__}.{type(exc).__qualname__}"
                 set_progress({ERROR_CLASS_KEY: path})
-                _finished(self, result, Status.FAILED, error=TaskError(exception_class_path=path,
-                                                                        traceback=_traceback(exc)))
+                if result is not None:
+                    _finished(self, result, Status.FAILED, error=TaskError(exception_class_path=path,
+                                                                            traceback=_traceback(exc)))
                 raise
             finally:
                 close_old_connections()
-            _finished(self, result, Status.SUCCESSFUL, value=value)
+            if result is not None:
+                _finished(self, result, Status.SUCCESSFUL, value=value)
             return value
 
         run.__name__ = task.name
