@@ -203,7 +203,7 @@ def test_payload_size_limit_is_exact(pgq_queue: Queue) -> None:
         (["enqueue", "k", "--payload", "{'a': 1}"], 2, "--payload is not valid JSON"),
         (["enqueue", "k", "--payload", '{"a": NaN}'], 2, "--payload is not valid JSON"),
         (["enqueue", "k", "--payload", '{"k\\u0000": 1}'], 2, "payload contains a NUL character"),
-        (["enqueue", "k", "--payload", json.dumps("x" * MAX_PAYLOAD_BYTES)], 2, f"the limit is {MAX_PAYLOAD_BYTES}"),
+        (["enqueue", "k", "--payload", json.dumps({"x": "x" * MAX_PAYLOAD_BYTES})], 2, f"the limit is {MAX_PAYLOAD_BYTES}"),
         (["enqueue", "k", "--priority", "32768"], 2, "priority must be in -32768..32767, got 32768"),
         (["enqueue", "k", "--priority", "-32769"], 2, "priority must be in -32768..32767, got -32769"),
         (["enqueue", "k", "--queue", ""], 2, "queue must not be empty"),
