@@ -58,3 +58,34 @@ def test_pgq_worker_runs_with_pgq_worker_s_defaults_a_worker_id_and_no_warning(d
     assert f"job {result.id} tests.djangotasks.shop.tasks.mail attempt 1/1: succeeded" in err, err
     with psycopg.connect(django_dsn, autocommit=True) as conn:
         conn.execute("DELETE FROM pgq.jobs")
+
+
+def test_a_second_ctrl_c_hands_the_running_task_back_as_documented(django_dsn: str) -> None:
+    """docs/django.md: the first SIGINT drains, the second aborts and hands the task back to the queue
+    (READY again, to run on the next worker) instead of failing it with SystemExit as
+    django-tasks-db's worker does."""
+    from pgq.contrib.django._tasks import TaskResultStatus
+    from tests.djangotasks.shop.tasks import nap
+
+    with psycopg.connect(django_dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM pgq.jobs")
+    result = nap.enqueue(60)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "tests.djangotasks.manage", "pgq_worker", "--poll-interval", "0.2"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while nap.get_result(result.id).status != TaskResultStatus.RUNNING:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate(timeout=10)
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        assert proc.poll() is None and nap.get_result(result.id).status == TaskResultStatus.RUNNING  # draining
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        reap(proc)
+    after = nap.get_result(result.id)
+    assert after.status == TaskResultStatus.READY and after.errors == [], err  # handed back, not failed
+    with psycopg.connect(django_dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM pgq.jobs")
