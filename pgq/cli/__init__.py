@@ -8,7 +8,9 @@ exit status instead of exiting, so tests can call it in-process. Exit statuses:
 - 0: success;
 - 1: an operational error: the database cannot be reached, is not migrated, a job is not found or is
   in the wrong state for the operation;
-- 2: bad arguments or input (argparse's usage errors, a payload that is not JSON, a job pgq rejects).
+- 2: bad arguments or input (argparse's usage errors, a payload that is not a JSON object, a job pgq
+  rejects), and a worker whose database waiting cannot fix (no such database or role, wrong
+  credentials, pgq's schema missing).
 
 Every expected error is reported as ONE line on stderr, ``pgq: error: <message>``, never a traceback.
 Connections fail fast: the DSN gets ``connect_timeout=5`` unless it sets its own.
@@ -26,7 +28,7 @@ from collections.abc import Callable, Sequence
 import psycopg
 
 from ..errors import InvalidJob, PgqError
-from . import bench, dashboard, demo, enqueue, jobs, migrate, purge, queue, roles, status, worker, workers
+from . import bench, dashboard, demo, enqueue, init, jobs, migrate, purge, queue, roles, status, worker, workers
 from .args import parse_duration
 from .common import (
     CONNECT_TIMEOUT_S,
@@ -43,6 +45,7 @@ from .common import (
     one_line,
 )
 from .logs import JsonLogFormatter, TextLogFormatter, setup_logging
+from .parser import Parser
 from .render import format_age, format_duration, render_table
 from .status import format_status
 
@@ -66,7 +69,7 @@ __all__ = [
     "setup_logging",
 ]
 
-COMMANDS = (migrate, roles, worker, enqueue, status, workers, queue, jobs, purge, dashboard, demo, bench)
+COMMANDS = (init, migrate, roles, worker, enqueue, status, workers, queue, jobs, purge, dashboard, demo, bench)
 """The command modules, in the order of `pgq --help`; each has `register(commands, dsn_parent)`."""
 
 
@@ -115,7 +118,8 @@ _EPILOG = """\
 exit status:
   0  success
   1  error: the database cannot be reached or is not migrated, no such job, wrong job state
-  2  bad arguments or input (nothing was written)
+  2  bad arguments or input (nothing was written); for `pgq worker`, also a database that
+     waiting cannot fix: no such database or role, wrong credentials, not migrated
 
 examples:
   export PGQ_DSN=postgresql://postgres@localhost:5432/app
@@ -141,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     Each sub-command's namespace carries `handler`, the function that runs it.
     """
-    parser = argparse.ArgumentParser(prog="pgq", description=_DESCRIPTION, epilog=_EPILOG, formatter_class=Formatter)
+    parser = Parser(prog="pgq", description=_DESCRIPTION, epilog=_EPILOG, formatter_class=Formatter)
     parser.add_argument("--version", action="version", version=f"pgq {package_version()}",
                         help="print pgq's version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

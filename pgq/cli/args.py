@@ -122,3 +122,4 @@ def parse_duration(text: str) -> dt.timedelta:
     if not math.isfinite(seconds) or seconds < 0 or seconds > 1e12:
         raise error
     return dt.timedelta(seconds=seconds)
+

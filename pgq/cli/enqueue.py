@@ -30,7 +30,7 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
     p.add_argument("kind", metavar="KIND", help="the task to run, e.g. email.send")
     p.add_argument(
         "--payload", metavar="JSON", default=None,
-        help="the job's arguments as a JSON value, usually an object (default: {})",
+        help="the task's keyword arguments, a JSON object (default: {})",
     )
     p.add_argument("--queue", metavar="Q", default="default", help="queue (default: default)")
     p.add_argument(
@@ -88,7 +88,9 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
 
 
 def parse_payload(text: str | None) -> Any:
-    """Parse `--payload` JSON text (None means no payload); raise CliError (exit 2) for bad JSON.
+    """Parse `--payload` JSON text (None means no payload); raise CliError (exit 2) for bad JSON or
+    JSON that is not an object (a task's handler takes the payload's fields as keyword arguments, so
+    any other value could only fail when the job runs).
 
     NaN and infinities are rejected like any other non-JSON text.
     """
@@ -99,9 +101,17 @@ def parse_payload(text: str | None) -> Any:
         raise ValueError(f"{name} is not valid JSON")
 
     try:
-        return json.loads(text, parse_constant=reject_constant)
+        value = json.loads(text, parse_constant=reject_constant)
     except ValueError as exc:  # json.JSONDecodeError is a ValueError
         raise CliError(f"--payload is not valid JSON: {one_line(exc)}", EXIT_USAGE) from None
+    if not isinstance(value, dict):
+        raise CliError(f"--payload must be a JSON object (the task's keyword arguments), got "
+                       f"{_JSON_NAMES.get(type(value), type(value).__name__)} {one_line(text)[:40]}", EXIT_USAGE)
+    return value
+
+
+_JSON_NAMES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
+               type(None): "null"}
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:

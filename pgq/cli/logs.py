@@ -67,10 +67,32 @@ def _logfmt(value: Any) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def setup_logging(level: str, fmt: str, stream: TextIO | None = None) -> None:
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A StreamHandler on whatever `sys.stderr` is when a record is emitted: a command run in-process
+    (tests, pytest's capture) leaves no handler on a stream closed since, which printed "--- Logging
+    error --- I/O operation on closed file" when a later record came."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: TextIO) -> None:
+        pass  # always the current sys.stderr
+
+
+def setup_logging(level: str, fmt: str, stream: TextIO | None = None, *, quiet: bool = False) -> None:
     """Send every log record at `level` or above to `stream` (default: stderr) as one line each, in
-    `fmt` "text" or "json". Replaces the root logger's handlers."""
-    handler = logging.StreamHandler(stream or sys.stderr)
+    `fmt` "text" or "json". Replaces the root logger's handlers. `quiet`: leave out the worker's
+    per-job lines below WARNING (a job's start, success, snooze, cancel and hand-back)."""
+    handler = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
+    if quiet:
+        from ..worker.outcome import QUIET_EVENTS
+
+        handler.addFilter(lambda r: r.levelno >= logging.WARNING or getattr(r, "event", None) not in QUIET_EVENTS)
     handler.setFormatter(JsonLogFormatter() if fmt == "json" else TextLogFormatter())
     root = logging.getLogger()
     for old in root.handlers[:]:

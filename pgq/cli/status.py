@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .common import EXIT_OK, Commands, Formatter, open_queue
+from .args import int_range, seconds_arg
+from .common import EXIT_OK, EXIT_USAGE, CliError, Commands, Formatter, open_queue
 from .render import cell, format_age, print_rows, render_table, seconds_of
 
 __all__ = ["STATUS_COLUMNS", "format_status", "register"]
@@ -33,6 +37,12 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
         ),
     )
     p.add_argument("--json", action="store_true", help="print JSON (ages in seconds) instead of a table")
+    p.add_argument(
+        "--watch", metavar="SECONDS", nargs="?", const=2.0, type=seconds_arg("watch", positive=True),
+        help="refresh every SECONDS (default: 2) until Ctrl-C, redrawing the screen on a terminal",
+    )
+    p.add_argument("--count", metavar="N", type=int_range("count", 1, 1_000_000),
+                   help="with --watch: stop after N refreshes (default: until Ctrl-C)")
     p.set_defaults(handler=cmd_status)
 
 
@@ -72,8 +82,30 @@ def format_status(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """`pgq status`: the queue table, or its rows as JSON with `--json`."""
+    """`pgq status`: the queue table, or its rows as JSON with `--json`; with `--watch`, again every
+    SECONDS (the screen cleared first on a terminal, a timestamp line above each table) until Ctrl-C
+    (exit 0) or `--count` refreshes."""
+    if args.count is not None and args.watch is None:
+        raise CliError("--count needs --watch", EXIT_USAGE)
     with open_queue(args) as queue:
-        rows = queue.stats()
-    print_rows(rows, args.json, format_status)
-    return EXIT_OK
+        if args.watch is None:
+            print_rows(queue.stats(), args.json, format_status)
+            return EXIT_OK
+        redraw = sys.stdout.isatty() and not args.json
+        shown = 0
+        try:
+            while True:
+                rows = queue.stats()
+                if redraw:
+                    print("\x1b[H\x1b[2J", end="")  # home, clear: the table stays in place
+                if not args.json:
+                    print(f"{dt.datetime.now().astimezone():%Y-%m-%d %H:%M:%S %Z}  every {args.watch:g} s, "
+                          "Ctrl-C to stop")
+                print_rows(rows, args.json, format_status)
+                sys.stdout.flush()
+                shown += 1
+                if args.count is not None and shown >= args.count:
+                    return EXIT_OK
+                time.sleep(args.watch)
+        except KeyboardInterrupt:
+            return EXIT_OK

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 from typing import Any
 
-from ..errors import one_line
+from ..errors import NotMigrated, one_line
 from .args import int_range, non_empty, seconds_arg
 from .common import (
     ENV_DSN,
+    EXIT_ERROR,
     EXIT_OK,
+    EXIT_USAGE,
     CliError,
     Commands,
     Formatter,
@@ -21,7 +24,14 @@ from .common import (
 )
 from .logs import setup_logging
 
-__all__ = ["register", "wait_for_database"]
+__all__ = ["REFUSED", "add_worker_options", "register", "wait_for_database", "worker_settings"]
+
+REFUSED = re.compile(
+    r'database "[^"]*" does not exist|role "[^"]*" does not exist|password authentication failed'
+    r"|authentication failed for user|no pg_hba\.conf entry|no password supplied|permission denied for database",
+    re.IGNORECASE)
+"""Connection failures that waiting cannot fix (the server answered: no such database or role, wrong
+credentials, not allowed): the worker stops at once with exit 2 instead of retrying."""
 
 logger = logging.getLogger("pgq.worker")
 
@@ -45,17 +55,28 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
             "Run a worker for the tasks registered on an App until SIGTERM or SIGINT. On the first\n"
             "signal it stops claiming, lets running jobs finish for up to --drain-timeout seconds, then\n"
             "hands the unfinished ones back to the queue; a second signal aborts at once.\n"
+            "It waits while the database cannot be reached (see --connect-wait), but stops at once, with\n"
+            "exit status 2, when waiting cannot help: no such database or role, wrong credentials, or a\n"
+            "database without pgq's schema.\n"
             "The current directory is importable, as with `python -m`."
         ),
     )
     p.add_argument("app", metavar="MODULE:APP", help="where the App is, e.g. myapp.tasks:app")
+    add_worker_options(p)
+    p.set_defaults(handler=cmd_worker)
+
+
+def add_worker_options(p: argparse.ArgumentParser, queues_default: str = "every queue") -> None:
+    """Add the options of a worker run (all but the App and the DSN) to `p`: `pgq worker`'s, which
+    `manage.py pgq_worker` shares; `worker_settings` turns them into Worker keywords.
+    `queues_default` says which queues it serves without --queue."""
     p.add_argument(
         "--queue",
         dest="queues",
         metavar="Q",
         action="append",
         type=non_empty("queue"),
-        help="work on queue Q; repeat for several (default: every queue)",
+        help=f"work on queue Q; repeat for several (default: {queues_default})",
     )
     p.add_argument(
         "--concurrency", metavar="N", type=int_range("concurrency", 1, 10_000),
@@ -100,7 +121,7 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
         "database when --dsn is a PgBouncer in transaction mode (default: the worker's DSN)",
     )
     p.add_argument(
-        "--claimed-by", metavar="NAME", type=non_empty("claimed-by"),
+        "--claimed-by", "--worker-id", metavar="NAME", type=non_empty("claimed-by"),
         help="worker name recorded on the jobs it claims (default: HOST-PID)",
     )
     p.add_argument(
@@ -117,14 +138,38 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--log-level", metavar="LEVEL", default="INFO", type=str.upper,
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="DEBUG, INFO, WARNING or ERROR; INFO logs the worker's start, stop and recoveries, retries "
-        "at WARNING and failures at ERROR; DEBUG adds one line per job start and success (default: INFO)",
+        help="DEBUG, INFO, WARNING or ERROR; INFO logs the worker's start, stop and recoveries and one "
+        "line per finished job (kind, id, outcome, duration), retries at WARNING and failures at ERROR; "
+        "DEBUG adds one line per job start (default: INFO)",
+    )
+    p.add_argument(
+        "--quiet", action="store_true",
+        help="leave out the per-job lines below WARNING (successes, snoozes, cancels, hand-backs); "
+        "retries and failures are still logged",
     )
     p.add_argument(
         "--log-format", default="text", choices=["text", "json"],
         help="text: one readable line per event; json: one JSON object per line (default: text)",
     )
-    p.set_defaults(handler=cmd_worker)
+
+
+def worker_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The Worker keywords of the options `add_worker_options` added, those left out omitted (they keep
+    WorkerConfig's defaults, so the defaults are defined in one place)."""
+    options: dict[str, Any] = {
+        "queues": args.queues,
+        "concurrency": args.concurrency,
+        "prefetch": args.prefetch,
+        "lease": args.lease,
+        "io_timeout": args.io_timeout,
+        "poll_interval": args.poll_interval,
+        "drain_timeout": args.drain_timeout,
+        "claimed_by": args.claimed_by,
+        "listen_dsn": args.listen_dsn,
+        "metrics_port": args.metrics_port,
+        "metrics_host": args.metrics_host,
+    }
+    return {k: v for k, v in options.items() if v is not None}
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -137,27 +182,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
     dsn = connect_dsn(args.dsn or app.dsn)
     # Logging starts once the App loads: a bad app or DSN stays one line on stderr; the wait for the
     # database is logged.
-    setup_logging(args.log_level, args.log_format)
+    setup_logging(args.log_level, args.log_format, quiet=args.quiet)
     wait_for_database(dsn, args.connect_wait)
-    options: dict[str, Any] = {
-        "queues": args.queues,
-        "concurrency": args.concurrency,
-        "prefetch": args.prefetch,
-        "lease": args.lease,
-        "io_timeout": args.io_timeout,
-        "poll_interval": args.poll_interval,
-        "drain_timeout": args.drain_timeout,
-        "claimed_by": args.claimed_by,
-        "dsn": args.dsn,
-        "listen_dsn": args.listen_dsn,
-        "pgbouncer": True if args.pgbouncer else None,
-        "metrics_port": args.metrics_port,
-        "metrics_host": args.metrics_host,
-    }
-    # Options left out keep WorkerConfig's defaults, so they are defined in one place.
-    from ..worker import Worker
+    options = worker_settings(args)
+    if args.dsn:
+        options["dsn"] = args.dsn
+    if args.pgbouncer:
+        options["pgbouncer"] = True
+    from ..worker import Worker  # loaded once the checks passed
 
-    worker = Worker(app, **{k: v for k, v in options.items() if v is not None})
+    worker = Worker(app, **options)
     worker.run()
     return EXIT_OK
 
@@ -165,21 +199,34 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def wait_for_database(dsn: str, wait: float | None) -> None:
     """Check that `dsn` is reachable and migrated, retrying connection failures through tenacity
     (jittered exponential backoff up to 10 s, each retry logged at WARNING) for `wait` seconds (None:
-    until it connects). Raises CliError once `wait` has passed, NotMigrated at once."""
+    until it connects). Raises CliError (exit 1) once `wait` has passed; CliError with exit 2 at once
+    when retrying cannot help: the server refused the connection (see REFUSED) or pgq's schema is
+    missing or outdated."""
     import tenacity
 
     def log(state: tenacity.RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None
         delay = state.next_action.sleep if state.next_action is not None else 0.0
-        logger.warning("waiting for the database: %s; retrying in %.1f s", one_line(exc) if exc else "?",
+        logger.warning("waiting for the database: %s; retrying in %.2f s", one_line(exc) if exc else "?",
                        delay, extra={"event": "db_unavailable", "step": "start", "failures": state.attempt_number})
 
     retrying = tenacity.Retrying(
-        retry=tenacity.retry_if_exception_type(CliError),
-        wait=tenacity.wait_random_exponential(multiplier=0.25, max=10.0),
+        retry=tenacity.retry_if_exception(lambda exc: isinstance(exc, CliError) and exc.code == EXIT_ERROR),
+        wait=tenacity.wait_random_exponential(multiplier=0.25, min=0.1, max=10.0),
         stop=tenacity.stop_never if wait is None else tenacity.stop_after_delay(wait),
         before_sleep=log, reraise=True,
     )
     for attempt in retrying:
         with attempt:
-            check_database(dsn)
+            _check(dsn)
+
+
+def _check(dsn: str) -> None:
+    try:
+        check_database(dsn)
+    except CliError as exc:
+        if REFUSED.search(str(exc)):
+            raise CliError(f"{exc} (not retried: fix the DSN or the server's settings)", EXIT_USAGE) from None
+        raise
+    except NotMigrated as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None

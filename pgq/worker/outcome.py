@@ -22,6 +22,7 @@ from ..tasks import AnyTask, follow_up_spec
 __all__ = [
     "FINISH_LEVELS",
     "MAX_ERROR_CHARS",
+    "QUIET_EVENTS",
     "Failure",
     "HandlerTimeout",
     "Rejected",
@@ -34,13 +35,18 @@ __all__ = [
 
 logger = logging.getLogger("pgq.worker")
 
+QUIET_EVENTS: Final = frozenset({"job_start", "job_finish"})
+"""The `event` of the per-job log records that `--quiet` leaves out below WARNING."""
+
 MAX_ERROR_CHARS: Final = 8000
 """Error texts (message and traceback) longer than this are cut in the middle."""
 
-FINISH_LEVELS: Final = {"succeeded": logging.DEBUG, "snoozed": logging.DEBUG, "retry": logging.WARNING,
-                        "released": logging.WARNING, "unknown kind": logging.DEBUG, "cancelled": logging.INFO,
+FINISH_LEVELS: Final = {"succeeded": logging.INFO, "snoozed": logging.INFO, "retry": logging.WARNING,
+                        "released": logging.INFO, "unknown kind": logging.DEBUG, "cancelled": logging.INFO,
                         "lease lost": logging.WARNING}
-"""Log level of a job's finish line by outcome (any other outcome: a failure, ERROR)."""
+"""Log level of a job's finish line by outcome (any other outcome: a failure, ERROR): one INFO line
+per finished job as peers log, a job handed back at shutdown (a drain's documented end) included;
+`QUIET_EVENTS` lets `pgq worker --quiet` drop the INFO ones."""
 
 
 class HandlerTimeout(Exception):

@@ -43,7 +43,8 @@ async def shut_down(state: WorkerState, producer: asyncio.Task[None], acks: Ackn
                 run.task.cancel()
             else:  # a sync handler's thread cannot be stopped: its outcome will be ignored
                 runner.end_run(run, "released", None)
-        logger.warning("releasing %d unfinished jobs back to their queues: %s", len(leftover),
+        # The documented end of a drain that ran out of time (or of an abort, already warned about).
+        logger.info("releasing %d unfinished jobs back to their queues: %s", len(leftover),
                        ", ".join(str(r.claim.id) for r in leftover[:20]) + (" ..." if len(leftover) > 20 else ""),
                        extra={"event": "worker_release", "count": len(leftover)})
         cancelled = {r.task for r in leftover if r.task is not None}

@@ -293,7 +293,8 @@ class Worker:
     def _install_signals(self, loop: asyncio.AbstractEventLoop, force: bool) -> list[int]:
         if threading.current_thread() is not threading.main_thread():
             if force:
-                logger.warning("not in the main thread: SIGTERM/SIGINT handlers not installed")
+                # Documented (docs/testing.md runs a worker in a thread): stop() ends it there.
+                logger.info("not in the main thread: SIGTERM/SIGINT handlers not installed; stop() stops it")
             return []
         installed: list[int] = []
         workers = _signal_workers.setdefault(loop, {})

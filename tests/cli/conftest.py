@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -39,8 +40,10 @@ def _no_ambient_dsn(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> CLI:
-    """Run `pgq ARGS...` in-process and return its exit status and captured output."""
+def cli(capsys: pytest.CaptureFixture[str]) -> Iterator[CLI]:
+    """Run `pgq ARGS...` in-process and return its exit status and captured output. The root
+    logger's handlers and level (which `pgq worker` sets) are put back after the test, so that no
+    later test's threads log through them."""
 
     def run(*args: str) -> Result:
         capsys.readouterr()  # drop whatever an earlier step printed
@@ -48,7 +51,11 @@ def cli(capsys: pytest.CaptureFixture[str]) -> CLI:
         captured = capsys.readouterr()
         return Result(code, captured.out, captured.err)
 
-    return run
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield run
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 def run_subprocess(*args: str, env: dict[str, str] | None = None, cwd: str | None = None,

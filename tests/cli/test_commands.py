@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import time
 
 import psycopg
@@ -155,7 +156,11 @@ def test_enqueue_bad_json_exits_2_with_one_line_and_writes_nothing(cli: CLI, pgq
         (["--sequence-on-failure", "continue"], "--sequence-on-failure needs --sequence-key"),
         (["--sequence-key", "s", "--dedupe-key", "d"], "sequence_key cannot be combined"),
         (["--sequence-key", "s", "--sequence-on-failure", "skip"], "invalid choice"),
-        (["--payload", '"\\u0000"'], "NUL"),
+        (["--payload", '{"a": "\\u0000"}'], "NUL"),
+        (["--payload", "[1, 2]"], "--payload must be a JSON object (the task's keyword arguments), got an array"),
+        (["--payload", '"x"'], "got a string"),
+        (["--payload", "null"], "got null"),
+        (["--payload", "7"], "got a number"),
         (["--unique-for", "1h"], "need a dedupe_key"),
         (["--dedupe-key", "d", "--unique-for", "32d"], "at most 31 days, got 32 days"),
         (["--dedupe-key", "d", "--unique-for", "0"], "unique_for must be a positive duration, got 0 s"),
@@ -640,14 +645,14 @@ def test_every_command_is_covered_by_the_help_test() -> None:
     assert names == {"", "migrate", "worker", "enqueue", "status", "workers", "jobs", "jobs list", "jobs show",
                      "jobs explain", "jobs retry", "jobs delete",
                      "jobs cancel", "purge", "demo", "bench", "roles", "queue", "queue list", "queue pause",
-                     "queue resume", "queue group-limits", "dashboard"}
+                     "queue resume", "queue group-limits", "dashboard", "init"}
 
 
 @pytest.mark.parametrize("path", _all_commands(), ids=lambda p: " ".join(p) or "pgq")
 def test_help_of_every_command_exits_0(cli: CLI, path: list[str]) -> None:
     result = cli(*path, "--help")
     assert result.code == 0 and result.out.startswith("usage: pgq")
-    if path and path not in (["jobs"], ["queue"]):
+    if path and path not in (["jobs"], ["queue"], ["init"]):  # init connects to no database
         assert "--dsn" in result.out
 
 
@@ -659,3 +664,27 @@ def test_help_through_python_dash_m() -> None:
 def test_no_command_is_a_usage_error(cli: CLI) -> None:
     result = cli()
     assert result.code == 2 and "required: COMMAND" in result.err
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["worker", "--concurency", "4", "app:app"], "pgq worker: error: unrecognized option: --concurency "
+                                                 "(did you mean --concurrency?)"),
+    (["enqueue", "k", "--payloud", "{}"], "unrecognized option: --payloud (did you mean --payload?)"),
+    (["wroker", "app:app"], "(did you mean 'worker'?)"),
+    (["jobs", "lst"], "(did you mean 'list'?)"),
+    (["status", "--bogus"], "pgq status: error: unrecognized option: --bogus"),
+])
+def test_typos_get_the_command_s_own_usage_and_a_did_you_mean(cli: CLI, args: list[str], said: str) -> None:
+    result = cli(*args)
+    assert result.code == 2 and result.out == ""
+    assert said in result.err_lines[-1], result.err
+    assert result.err_lines[0].startswith(f"usage: pgq {args[0]}" if args[0] != "wroker" else "usage: pgq ")
+
+
+def test_status_watch_refreshes_until_count(cli: CLI, pgq_dsn: str, pgq_queue: Queue) -> None:
+    pgq_queue.enqueue("k", {}, queue="watched")
+    result = cli("status", "--dsn", pgq_dsn, "--watch", "0.05", "--count", "3")
+    assert result.code == 0, result.err
+    assert len(re.findall(r"every 0\.05 s, Ctrl-C to stop", result.out)) == 3
+    assert result.out.count("watched") == 3 and "\x1b[2J" not in result.out  # no screen codes off a terminal
+    assert cli("status", "--dsn", pgq_dsn, "--count", "2").code == 2  # --count needs --watch

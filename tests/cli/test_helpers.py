@@ -112,3 +112,26 @@ def test_setup_logging_replaces_handlers_and_sets_level() -> None:
     finally:
         root.handlers[:] = saved_handlers
         root.setLevel(saved_level)
+
+
+def test_logging_set_up_by_a_command_follows_sys_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command run in-process (a test) must not leave a handler on a stream closed since."""
+    import logging
+    import sys
+
+    from pgq.cli.logs import setup_logging
+
+    first, second = io.StringIO(), io.StringIO()
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        monkeypatch.setattr(sys, "stderr", first)
+        setup_logging("INFO", "text")
+        logging.getLogger("pgq.worker").info("one")
+        first.close()
+        monkeypatch.setattr(sys, "stderr", second)
+        logging.getLogger("pgq.worker").info("two")
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+    assert second.getvalue().rstrip().endswith("pgq.worker: two") and "Logging error" not in second.getvalue()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -91,7 +92,7 @@ def test_worker_on_unmigrated_database_says_run_pgq_migrate(cli: CLI, app_dir: P
     monkeypatch.delitem(sys.modules, "cli_test_app", raising=False)
     result = cli("worker", "cli_test_app:app")
     sys.modules.pop("cli_test_app", None)
-    assert result.code == 1
+    assert result.code == 2  # stops at once: waiting cannot migrate it
     assert "run `pgq migrate`" in result.err and len(result.err_lines) == 1
 
 
@@ -127,6 +128,20 @@ def test_worker_retries_an_unreachable_database_with_logged_backoff_until_connec
         "pgq: error: cannot connect to the database")
 
 
+@pytest.mark.parametrize("change", [{"dbname": "pgq_no_such_database"}, {"user": "pgq_no_such_role"}])
+def test_worker_stops_with_exit_2_when_the_server_refuses_it(app_dir: Path, pgq_dsn: str,
+                                                              change: dict[str, str]) -> None:
+    """A database or role that does not exist (or wrong credentials) is not an outage: no retries."""
+    from psycopg.conninfo import make_conninfo
+
+    result = run_subprocess("worker", "cli_test_app:app", "--dsn", make_conninfo(pgq_dsn, **change), cwd=str(app_dir),
+                            env={"CLI_TEST_APP_DSN": pgq_dsn}, timeout=30)
+    assert result.code == 2, result.err
+    [line] = result.err.strip().splitlines()
+    assert line.startswith("pgq: error: cannot connect to the database") and "not retried" in line
+    assert "does not exist" in line
+
+
 @pytest.mark.slow
 def test_demo_against_the_test_database(pgq_dsn: str) -> None:
     started = time.monotonic()
@@ -160,3 +175,26 @@ def test_demo_without_dsn_uses_an_embedded_server_and_removes_it() -> None:
     assert result.code == 0, result.out + result.err
     assert "embedded PostgreSQL" in result.out and "migrated from nothing" in result.out
     assert set(Path(tempfile.gettempdir()).glob("pgq-demo-*")) == before
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_worker_logs_one_info_line_per_finished_job_and_no_warning_on_a_normal_drain(
+        app_dir: Path, pgq_dsn: str, pgq_queue: Queue, quiet: bool) -> None:
+    ids = [pgq_queue.enqueue("cli.square", {"n": n}) for n in range(3)]
+    env = {**{k: v for k, v in os.environ.items() if k != "PGQ_DSN"}, "CLI_TEST_APP_DSN": pgq_dsn}
+    proc = subprocess.Popen([sys.executable, "-m", "pgq", "worker", "cli_test_app:app", "--poll-interval", "0.2",
+                             *(["--quiet"] if quiet else [])],
+                            cwd=app_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: all((j := pgq_queue.get(i)) is not None and j.status is JobStatus.SUCCEEDED for i in ids)
+                  or proc.poll() is not None, 30, "the jobs")
+        err = stop_with_sigterm(proc, 20)
+    finally:
+        reap(proc)
+    assert proc.returncode == 0, err
+    lines = err.splitlines()
+    finished = [line for line in lines if re.search(r"INFO +pgq\.worker: job \d+ cli\.square attempt 1/\d+: "
+                                                    r"succeeded \([\d.]+ ms\)", line)]
+    assert len(finished) == (0 if quiet else 3), err
+    assert not [line for line in lines if " WARNING " in line or " ERROR " in line], err
+    assert any("stopped" in line for line in lines), err  # the worker's own lines stay

@@ -106,7 +106,7 @@ def test_committed_tasks_run_on_a_pgq_worker_and_their_results_read_back(project
 
     out = run_until([sys.executable, "-m", "tests.djangotasks.manage", "pgq_worker", "--concurrency", "2"],
                     finished, 60, ROOT)
-    assert "pgq worker for backend 'default': 4 tasks, queues default, mail" in out
+    assert "pgq worker for backend 'default': 5 tasks, queues default, mail" in out
 
     assert shipped.status == TaskResultStatus.SUCCESSFUL
     assert shipped.return_value == {"shipped_to": "ada", "count": 2}

@@ -942,3 +942,27 @@ def test_worker_warns_at_start_about_ticks_it_does_not_serve_and_queues_no_task_
     assert pgq.worker.queue_warnings(app, None) == []
     assert pgq.worker.queue_warnings(app, ["mail", "default"]) == []
     assert pgq.worker.queue_warnings(app, ["mail"], periodic=False) == []
+
+
+def test_a_worker_run_in_a_thread_as_docs_testing_does_warns_of_nothing(pgq_dsn: str,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    app = pgq.App(pgq_dsn)
+
+    @app.task
+    def noop() -> None:
+        return None
+
+    worker = pgq.Worker(app, poll_interval=0.2, lease=5)
+    with caplog.at_level(logging.INFO, logger="pgq.worker"):
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        noop.defer()
+        deadline = time.monotonic() + 20
+        while worker.stats["succeeded"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        worker.stop()
+        thread.join(20)
+    app.close()
+    assert worker.stats["succeeded"] == 1
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert any("not in the main thread" in r.getMessage() for r in caplog.records)  # said, at INFO

@@ -29,6 +29,8 @@ __all__ = [
     "task",
     "task_backends",
     "task_enqueued",
+    "task_finished",
+    "task_started",
 ]
 
 
@@ -56,7 +58,7 @@ if TYPE_CHECKING:  # the backport's annotations (Django ships none)
     )
     from django_tasks.exceptions import InvalidTaskBackendError as InvalidTaskBackend
     from django_tasks.exceptions import TaskResultDoesNotExist
-    from django_tasks.signals import task_enqueued
+    from django_tasks.signals import task_enqueued, task_finished, task_started
     from django_tasks.utils import normalize_json
 else:
     _package, _base, _exceptions = (import_module(SOURCE + part) for part in ("", ".base", ".exceptions"))
@@ -68,6 +70,7 @@ else:
     # The backport's name for it ends in Error; Django's does not.
     InvalidTaskBackend = getattr(_exceptions, "InvalidTaskBackend", None) or _exceptions.InvalidTaskBackendError
     TaskResultDoesNotExist = _exceptions.TaskResultDoesNotExist
-    task_enqueued = import_module(f"{SOURCE}.signals").task_enqueued
+    _signals = import_module(f"{SOURCE}.signals")
+    task_enqueued, task_started, task_finished = _signals.task_enqueued, _signals.task_started, _signals.task_finished
     _utils = "django.utils.json" if SOURCE == "django.tasks" else "django_tasks.utils"
     normalize_json = import_module(_utils).normalize_json

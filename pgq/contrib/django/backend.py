@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import importlib
+import traceback
 from collections.abc import Callable, Iterable, Mapping
 from inspect import iscoroutinefunction
 from typing import Any
@@ -15,12 +17,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections
 from django.utils.module_loading import import_string
 from psycopg.conninfo import make_conninfo
-from psycopg.types.json import JsonbBinaryLoader, JsonbLoader
 
 from ... import _ops
 from ...app import App
 from ...context import current_job, set_progress
 from ...models import Job, JobSpec, JobStatus
+from ._cursor import django_cursor
 from ._tasks import (
     TASK_MAX_PRIORITY,
     TASK_MIN_PRIORITY,
@@ -32,6 +34,8 @@ from ._tasks import (
     TaskResultDoesNotExist,
     normalize_json,
     task_enqueued,
+    task_finished,
+    task_started,
 )
 from ._tasks import TaskResultStatus as Status
 
@@ -45,6 +49,10 @@ STATUSES: Mapping[JobStatus, Any] = {
     JobStatus.SUCCEEDED: Status.SUCCESSFUL, JobStatus.FAILED: Status.FAILED, JobStatus.CANCELLED: Status.FAILED,
 }
 """The Django result status of each pgq job status."""
+
+RUN_AFTER_KEY = "run_after"
+"""The payload key holding the task's `run_after` (ISO 8601), present only when the task was enqueued
+with one: a result's task is the task as enqueued, not as pgq rescheduled it."""
 
 ERROR_CLASS_KEY = "django_exception_class"
 """The key of the job's progress under which a failed attempt records its exception's class path
@@ -62,18 +70,23 @@ class PgqBackend(BaseTaskBackend):
     which the worker imports. `QUEUES` as Django's: the queues tasks may name (empty: any), which
     `pgq_worker` serves by default.
 
+    Signals: `task_enqueued` on enqueue; `task_started` and `task_finished` on the worker around each
+    attempt (`task_finished`'s result has the attempt's status, return value or error, and no
+    `finished_at` yet: the outcome is stored after it; receivers' exceptions are logged, not raised).
+
     The mapping: a task's job kind is its `module_path`, its payload ``{"args": [...], "kwargs":
-    {...}}``, its queue `queue_name`; Django's `priority` (higher first, -100..100) is pgq's with the
-    sign turned (lower first); `run_after` is the job's run_at; the result id is the job id. A result's
-    status is READY for queued and waiting jobs, RUNNING, SUCCESSFUL, or FAILED for failed and
-    cancelled ones; `return_value` is the job's result; `enqueued_at`, `started_at`, `finished_at`
-    come from the database clock (`last_attempted_at` is the last attempt's start). What does not map:
-    `errors` holds the last attempt's error only (pgq keeps one), `worker_ids` repeats the last
-    attempt's worker once per attempt, the `task_started` and `task_finished` signals are not sent
-    (`task_enqueued` is), a result lasts as long as pgq's retention keeps its finished job, and a task
-    enqueued through this backend runs only on `pgq_worker` (not on a plain `pgq worker`, which does
-    not know Django's tasks). The task API is Django's `django.tasks` where Django has it (6.0 and
-    later), else the `django-tasks` backport's (see `_tasks`).
+    {...}}`` (and ``"run_after"`` when the task has one), its queue `queue_name`; Django's
+    `priority` (higher first, -100..100) is pgq's with the sign turned (lower first); `run_after` is
+    the job's run_at (and is kept in the payload, so that a result's task is the task as enqueued);
+    the result id is the job id. A result's status is READY for queued and waiting jobs, RUNNING,
+    SUCCESSFUL, or FAILED for failed and cancelled ones; `return_value` is the job's result;
+    `enqueued_at`, `started_at`, `finished_at` come from the database clock (`last_attempted_at` is the
+    last attempt's start). What does not map: `errors` holds the last attempt's error only (pgq keeps
+    one), `worker_ids` repeats the last attempt's worker once per attempt, a result lasts as long as
+    pgq's retention keeps its finished job, and a task enqueued through this backend runs only on
+    `pgq_worker` (not on a plain `pgq worker`, which does not know Django's tasks). The task API is
+    Django's `django.tasks` where Django has it (6.0 and later), else the `django-tasks` backport's (see
+    `_tasks`).
     """
 
     supports_defer = True
@@ -101,11 +114,14 @@ class PgqBackend(BaseTaskBackend):
         """Write `task`'s job through the Django connection (in its transaction, if one is open) and
         return its result, status READY."""
         self.validate_task(task)
-        spec = JobSpec(task.module_path, {"args": normalize_json(args), "kwargs": normalize_json(kwargs)},
+        payload: dict[str, Any] = {"args": normalize_json(args), "kwargs": normalize_json(kwargs)}
+        if task.run_after is not None:
+            payload[RUN_AFTER_KEY] = task.run_after.isoformat()  # kept as given: run_at moves with retries
+        spec = JobSpec(task.module_path, payload,
                        queue=task.queue_name, priority=-task.priority, run_at=task.run_after,
                        max_attempts=self.max_attempts)
         conn = self.connection()
-        with _cursor(conn) as cursor:
+        with django_cursor(connections[self.database]) as cursor:
             [job_id] = _ops.run_sync(conn, _ops.enqueue([spec]), own_transaction=True, cursor=cursor)
         result = self._read(conn, job_id)
         assert result is not None  # written just now, in this transaction
@@ -145,7 +161,7 @@ class PgqBackend(BaseTaskBackend):
         return make_conninfo("", **{str(k): v for k, v in params.items() if k in known and isinstance(v, str | int)})
 
     def _read(self, conn: psycopg.Connection[Any], job_id: int) -> TaskResult[Any] | None:
-        with _cursor(conn) as cursor:
+        with django_cursor(connections[self.database]) as cursor:
             job = _ops.run_sync(conn, _ops.get(job_id), own_transaction=True, cursor=cursor)
         return None if job is None else self.result_of(job)
 
@@ -153,7 +169,9 @@ class PgqBackend(BaseTaskBackend):
         """`job` as a Django TaskResult; None when its kind is no task of this backend."""
         task = self.task_of(job.kind)
         payload = job.payload if isinstance(job.payload, dict) else {}
-        changes: dict[str, Any] = {"queue_name": job.queue, "run_after": job.run_at}
+        run_after = payload.get(RUN_AFTER_KEY)
+        changes: dict[str, Any] = {"queue_name": job.queue,
+                                   "run_after": None if run_after is None else dt.datetime.fromisoformat(run_after)}
         if TASK_MIN_PRIORITY <= -job.priority <= TASK_MAX_PRIORITY:
             changes["priority"] = -job.priority
         if task is None or (self.queues and job.queue not in self.queues):
@@ -211,31 +229,47 @@ class PgqBackend(BaseTaskBackend):
     def _handler(self, task: Task[Any, Any]) -> Callable[[list[Any], dict[str, Any]], Any]:
         func: Callable[..., Any] = async_to_sync(task.func) if iscoroutinefunction(task.func) else task.func
 
-        def run(args: list[Any], kwargs: dict[str, Any]) -> Any:
+        def run(args: list[Any], kwargs: dict[str, Any], run_after: str | None = None) -> Any:
             close_old_connections()  # as Django does around a request: no stale connection of this thread
+            # None for a job outside QUEUES (enqueued by other means than Django's): no signals then.
+            result = self.result_of(current_job())
+            if result is not None:
+                result = dataclasses.replace(result, status=Status.RUNNING)  # type: ignore[arg-type]  # stubs
+                task_started.send_robust(type(self), task_result=result)
             try:
                 if task.takes_context:
-                    result = self.result_of(current_job())
-                    assert result is not None
+                    if result is None:
+                        raise ImproperlyConfigured(f"job {current_job().id} is in queue {current_job().queue!r}, "
+                                                   f"not one of TASKS[{self.alias!r}]['QUEUES']")
                     value = func(TaskContext(task_result=result), *args, **kwargs)
                 else:
                     value = func(*args, **kwargs)
-            except Exception as exc:
-                set_progress({ERROR_CLASS_KEY: f"{type(exc).__module__}.{type(exc).__qualname__}"})
+                value = normalize_json(value)  # a value JSON cannot hold fails the task, as Django's do
+            except BaseException as exc:  # SystemExit and KeyboardInterrupt too: the worker fails the job
+                path = f"{type(exc).__module__}.{type(exc).__qualname__}"
+                set_progress({ERROR_CLASS_KEY: path})
+                if result is not None:
+                    _finished(self, result, Status.FAILED, error=TaskError(exception_class_path=path,
+                                                                            traceback=_traceback(exc)))
                 raise
             finally:
                 close_old_connections()
-            return normalize_json(value)
+            if result is not None:
+                _finished(self, result, Status.SUCCESSFUL, value=value)
+            return value
 
         run.__name__ = task.name
         return run
 
 
-def _cursor(conn: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
-    """A cursor of Django's connection fit for pgq's statements: server-side binding (Django's own
-    cursors bind client-side, which cannot fetch binary results) and jsonb decoded as pgq does
-    (Django loads it as text, for its JSONField to decode)."""
-    cursor = psycopg.Cursor(conn)
-    cursor.adapters.register_loader("jsonb", JsonbLoader)
-    cursor.adapters.register_loader("jsonb", JsonbBinaryLoader)
-    return cursor
+def _finished(backend: PgqBackend, result: TaskResult[Any], status: Any, *, value: Any = None,
+              error: TaskError | None = None) -> None:
+    """Send Django's `task_finished` for `result`, as it is about to be stored: `status`, its return
+    value or its error (a receiver that raises is logged by Django's signal, never fails the job)."""
+    finished = dataclasses.replace(result, status=status, errors=[*result.errors, *([error] if error else [])])
+    object.__setattr__(finished, "_return_value", value)
+    task_finished.send_robust(type(backend), task_result=finished)
+
+
+def _traceback(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -32,3 +33,10 @@ def attempt(context: TaskContext, tag: str) -> dict[str, Any]:
 def explode(why: str) -> None:
     """Always fails."""
     raise ValueError(why)
+
+
+@task()
+def nap(seconds: float) -> str:
+    """Sleeps: a task still running when the worker is told to stop."""
+    time.sleep(seconds)
+    return "rested"
