@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any, NoReturn
 
+from .bounds import check_depth
 from .errors import InvalidJob
 
 JSON = Any
@@ -465,7 +466,8 @@ def encode_json(what: str, value: JSON, default: JSON) -> str:
     """Serialize `value` (None -> `default`) to JSON text for a jsonb column.
 
     Raises InvalidJob if it is not JSON-serializable (NaN and infinities included: jsonb rejects
-    them), contains NUL characters (Postgres text cannot hold them), or exceeds MAX_PAYLOAD_BYTES.
+    them), contains NUL characters (Postgres text cannot hold them), exceeds MAX_PAYLOAD_BYTES, or
+    nests deeper than the database accepts (pgq.bounds.MAX_JSON_DEPTH).
     """
     try:
         text = _encode(default if value is None else value)
@@ -477,6 +479,7 @@ def encode_json(what: str, value: JSON, default: JSON) -> str:
         raise InvalidJob(f"{what} contains a NUL character, which Postgres cannot store")
     if len(text) > MAX_PAYLOAD_BYTES and len(text.encode()) > MAX_PAYLOAD_BYTES:
         raise InvalidJob(f"{what} is {len(text.encode())} bytes of JSON; the limit is {MAX_PAYLOAD_BYTES}")
+    check_depth(what, text)
     return text
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from psycopg import errors as pg_errors
 
+from ..bounds import checked
 from ..errors import CONSTRAINT_MESSAGES, InvalidJob, InvalidState, NotFound
 from ..models import (
     Dependencies,
@@ -74,13 +75,18 @@ def retry(job_id: int) -> Operation[Job]:
     return Operation("job_retry", steps)
 
 
-def get(job_id: int) -> Operation[Job | None]:
-    """Read one job, or None."""
+def get(job_id: int, *, decoded: bool = True) -> Operation[Job | None]:
+    """Read one job, or None. With `decoded` (the default) raises pgq.bounds.UndecodableJob for a
+    stored job whose payload, result or progress cannot be decoded (see pgq.bounds); without, such
+    a job comes back with a pgq.bounds.Undecodable in those fields (the dashboard shows it)."""
     _check_id(job_id)
 
     def steps() -> Steps[Job | None]:
         rows = yield Stmt("job_get", {"id": job_id})
-        return _job_with_raises(rows[0]) if rows else None
+        if not rows:
+            return None
+        job = _job_with_raises(rows[0])
+        return checked(job) if decoded else job
 
     return Operation("job_get", steps, retry_safe=True)
 

@@ -13,6 +13,7 @@ from urllib.parse import urlencode
 
 import jinja2
 
+from ..bounds import Undecodable, undecodable_fields
 from ..cli import render
 from ..cli.render import dependencies_json
 from ..models import Job, JobStatus, jsonable
@@ -56,8 +57,14 @@ def format_window(seconds: float) -> str:
 
 
 def pretty_json(value: Any) -> str:
-    """A JSON value indented for reading (not escaped: the template escapes it)."""
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+    """A JSON value indented for reading (not escaped: the template escapes it); a value that could
+    not be decoded (pgq.bounds.Undecodable) or is nested too deeply to indent, said so instead."""
+    if isinstance(value, Undecodable):
+        return f"(not shown: {value.size} bytes of JSON {value.reason})"
+    try:
+        return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+    except RecursionError:
+        return "(not shown: nested too deeply to indent)"
 
 
 def _first_line(text: str | None) -> str:
@@ -99,8 +106,14 @@ def job_json(job: Job) -> dict[str, Any]:
     """A job for the API: every column but the lease token (which fences the running attempt and has
     no business leaving the database), timestamps in ISO 8601. `last_error` is only the error the
     job finished with (`Job.error`: a failed or cancelled job's); the error of an earlier attempt
-    that is no longer the outcome (the job succeeded, or runs again) is `previous_attempt_error`."""
-    data = {f.name: jsonable(getattr(job, f.name)) for f in dataclasses.fields(job) if f.name != "lease_token"}
+    that is no longer the outcome (the job succeeded, or runs again) is `previous_attempt_error`.
+    A payload, result or progress that cannot be decoded (pgq.bounds.Undecodable) is null, and
+    `undecodable` lists those fields."""
+    bad = undecodable_fields(job)
+    data = {f.name: None if f.name in bad else jsonable(getattr(job, f.name))
+            for f in dataclasses.fields(job) if f.name != "lease_token"}
+    if bad:
+        data["undecodable"] = bad  # stored JSON that cannot be decoded (pgq.bounds), shown as null
     data["lease_held"] = job.lease_token is not None
     data["last_error"] = job.error
     data["previous_attempt_error"] = job.previous_attempt_error

@@ -17,7 +17,7 @@ ROOT = Path(pgq.__file__).resolve().parent
 # name stands for all its modules. Imports inside functions count too (a lazy import is still an
 # import of that module).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("pgq.errors", "pgq.models", "pgq.insight", "pgq._sql"),
+    ("pgq.errors", "pgq.bounds", "pgq.models", "pgq.insight", "pgq._sql"),
     ("pgq._ops", "pgq.cron", "pgq.context", "pgq.migrate", "pgq.roles", "pgq.embedded", "pgq.listener"),
     ("pgq.client", "pgq.waiting", "pgq.metrics", "pgq.retries"),
     ("pgq.tasks", "pgq.app"),
