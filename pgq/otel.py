@@ -14,8 +14,8 @@ Once an App is instrumented:
   `messaging.destination.name` (the queue, when the batch has one), `messaging.message.id` (the job
   id, for one job) and `messaging.batch.message_count` (for several);
 - the W3C trace context of that span (``{"traceparent": ..., "tracestate": ...}``, as the global
-  propagator writes it) is stored with each new job, in the column `pgq.jobs.trace_context`
-  (revision 0015), in the enqueue's transaction;
+  propagator writes them; no other key, and within revision 0019's bounds) is stored with each new
+  job, in the column `pgq.jobs.trace_context` (revision 0015), in the enqueue's transaction;
 - the worker runs each attempt in a CONSUMER span ``pgq process <kind>`` whose **parent** is the
   stored context: one job has exactly one enqueuer, so the job is a step of the enqueuer's trace
   (a link would leave every job in a trace of its own, and the request that enqueued it could not be
@@ -27,7 +27,9 @@ Once an App is instrumented:
   jobs a handler enqueues are children of it, so a workflow is one trace; jobs enqueued with
   `depends_on` carry their enqueuer's context like any other.
 
-A job enqueued by an uninstrumented client has no context: its consumer span starts a new trace.
+A job enqueued by an uninstrumented client has no context: its consumer span starts a new trace, as
+does one whose stored context is unusable (`carrier_of`). A producer chooses the trace its jobs join
+and their sampled flag, as W3C propagation implies (docs/tracing.md, "Trust").
 With the API alone (no SDK, or a provider that records nothing) no context is stored at all.
 """
 

@@ -41,6 +41,18 @@ def cancel(job_id: int) -> Operation[Job]:
     return Operation("job_cancel", steps)
 
 
+def audited(op: Operation[Job], action: str, job_id: int, actor: str) -> Operation[Job]:
+    """`op`, the cancel or retry (`action`) of job `job_id`, and its record in pgq.job_audit naming
+    `actor`, in one transaction: the record exists if and only if the action was done."""
+
+    def steps() -> Steps[Job]:
+        job = yield from op.steps()
+        yield Stmt("job_audit_add", {"action": action, "actor": actor, "id": job_id}, fetch="none")
+        return job
+
+    return Operation(op.name, steps, transaction=True)
+
+
 def wait_mark(job_id: int) -> Operation[Job]:
     """Mark job `job_id` awaited (finishing it then notifies channel pgq_finished) and return it as
     it is now; raises NotFound. Idempotent."""

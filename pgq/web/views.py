@@ -107,13 +107,22 @@ def job_json(job: Job) -> dict[str, Any]:
     no business leaving the database), timestamps in ISO 8601. `last_error` is only the error the
     job finished with (`Job.error`: a failed or cancelled job's); the error of an earlier attempt
     that is no longer the outcome (the job succeeded, or runs again) is `previous_attempt_error`.
-    A payload, result or progress that cannot be decoded (pgq.bounds.Undecodable) is null, and
-    `undecodable` lists those fields."""
+    A payload, result or progress that cannot be decoded (pgq.bounds.Undecodable), or is nested too
+    deeply to encode again, is null, and `undecodable` lists those fields."""
+    data: dict[str, Any] = {}
     bad = undecodable_fields(job)
-    data = {f.name: None if f.name in bad else jsonable(getattr(job, f.name))
-            for f in dataclasses.fields(job) if f.name != "lease_token"}
+    for f in dataclasses.fields(job):
+        if f.name == "lease_token" or f.name in bad:
+            data[f.name] = None
+            continue
+        try:
+            data[f.name] = jsonable(getattr(job, f.name))
+        except RecursionError:  # decodable, but nested too deeply to encode again (written before 0019)
+            data[f.name] = None
+            bad.append(f.name)
+    del data["lease_token"]
     if bad:
-        data["undecodable"] = bad  # stored JSON that cannot be decoded (pgq.bounds), shown as null
+        data["undecodable"] = bad  # stored JSON that cannot be shown (pgq.bounds), shown as null
     data["lease_held"] = job.lease_token is not None
     data["last_error"] = job.error
     data["previous_attempt_error"] = job.previous_attempt_error
