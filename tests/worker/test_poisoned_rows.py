@@ -17,7 +17,7 @@ import pgq
 import pgq.otel
 from pgq.bounds import UndecodableJob
 
-from .conftest import DB, run_worker_until
+from .conftest import DB, async_wait_for, run_worker_until
 
 DEEP = "[" * 5000 + "]" * 5000
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -129,3 +129,49 @@ def test_a_span_that_cannot_start_fails_the_attempt_and_frees_the_slot(
     assert ran == []
     errors = {r["last_error"] for r in db.rows("SELECT last_error FROM pgq.jobs WHERE id = ANY(%s)", [ids])}
     assert errors == {"the attempt could not be prepared: RuntimeError: the tracer is broken"}
+
+
+def test_a_held_job_interrupted_before_it_starts_leaves_no_trace_context_behind(pgq_dsn: str, db: DB) -> None:
+    app = pgq.App(pgq_dsn)
+    release = asyncio.Event()
+
+    @app.task
+    async def slow() -> None:
+        await release.wait()
+
+    @app.task
+    def quick() -> None:
+        pass
+
+    pgq.otel.instrument(app, tracer_provider=TracerProvider())
+    with pgq.Queue(pgq_dsn) as queue:
+        pgq.otel.instrument(queue, tracer_provider=TracerProvider())  # the jobs carry a context
+        queue.enqueue("slow")
+        held = [queue.enqueue("quick") for _ in range(3)]
+    worker = pgq.Worker(app, lease=5.0, poll_interval=0.1, concurrency=1, prefetch=4)
+
+    async def main() -> dict[int, str]:
+        run = asyncio.create_task(worker.run_async())
+        try:
+            async with pgq.AsyncQueue(pgq_dsn) as queue:
+                async def all_held() -> bool:
+                    state = worker._state
+                    return state is not None and {c.id for c, _ in state.held} == set(held)
+
+                await async_wait_for(all_held, 15, "the quick jobs to be held behind the slow one")
+                assert set(worker._state.traces) >= set(held)  # read with the claim
+                for job_id in held:
+                    await queue.cancel(job_id)  # interrupted before they start
+
+                async def dropped() -> bool:
+                    return not worker._state.held
+
+                await async_wait_for(dropped, 15, "the cancelled jobs to leave the prefetch buffer")
+                return dict(worker._state.traces)
+        finally:
+            release.set()
+            worker.stop()
+            await asyncio.wait_for(run, 20)
+
+    left = asyncio.run(main())
+    assert not set(left) & set(held)
