@@ -11,7 +11,9 @@ same table:
 - small: 20,000 payloads like ``{"user": 17, "email": "u17@example.com", "n": 3}`` (under 512
   bytes: the check is two size reads);
 - nested: 2,000 payloads nested 60 levels deep (allowed; over 512 bytes, so jsonpath walks them);
-- wide: 200 payloads of about 100 KB, 4,000 small objects each (the walk of a big allowed value).
+- wide: 200 payloads of about 100 KB, 4,000 small objects each (the walk of a big allowed value);
+- small rows: the small payloads again, in one ``INSERT INTO pgq.jobs ... SELECT`` from a table (no
+  round trips, no function: the per-row cost of the check alone stands out of the noise).
 
 "on" is the migrated schema; "off" the same with the trigger `jobs_json_bounded_insert` disabled.
 Runs go in ABBA order (off, on, on, off) `--reps` times. Prints one line per run, per shape the
@@ -45,13 +47,19 @@ def shapes() -> dict[str, tuple[list[str], int]]:
         "small": ([json.dumps({"user": i, "email": f"u{i}@example.com", "n": i % 7}) for i in range(20_000)], 1000),
         "nested": ([json.dumps(nested)] * 2000, 500),
         "wide": ([wide] * 200, 20),
+        "small rows": ([json.dumps({"user": i, "email": f"u{i}@example.com", "n": i % 7}) for i in range(20_000)], 0),
     }
 
 
 def run(conn: psycopg.Connection[Any], payloads: list[str], batch: int) -> float:
-    """Enqueue `payloads` in batches of `batch`; return the seconds it took (then delete the jobs)."""
+    """Enqueue `payloads` in batches of `batch` (0: all at once by INSERT ... SELECT from the table
+    bench_payloads); return the seconds it took (then delete the jobs)."""
     took = 0.0
-    for start in range(0, len(payloads), batch):
+    if batch == 0:
+        began = time.perf_counter()
+        conn.execute(b"INSERT INTO pgq.jobs (kind, queue, payload) SELECT 'bench', 'bench', p FROM bench_payloads")
+        took = time.perf_counter() - began
+    for start in range(0, len(payloads) if batch else 0, batch or 1):
         chunk = payloads[start:start + batch]
         params = {"kinds": ["bench"] * len(chunk), "payloads": chunk, "queues": ["bench"] * len(chunk),
                   "priorities": [0] * len(chunk)}
@@ -74,7 +82,13 @@ def main(argv: list[str] | None = None) -> int:
     with scratch_database(args.dsn, "pgq_jsonb") as dsn, psycopg.connect(dsn, autocommit=True) as conn:
         for name, (every, batch) in shapes().items():
             payloads = every[:max(1, int(len(every) * args.scale))]
-            run(conn, payloads[:batch], batch)  # warm up: plans, caches
+            if batch == 0:
+                conn.execute(b"DROP TABLE IF EXISTS bench_payloads")
+                conn.execute(b"CREATE TABLE bench_payloads (p jsonb)")
+                with conn.cursor().copy(b"COPY bench_payloads (p) FROM STDIN") as copy:
+                    for payload in payloads:
+                        copy.write_row([payload])
+            run(conn, payloads[:batch] if batch else payloads, batch)  # warm up: plans, caches
             seconds: dict[str, list[float]] = {"off": [], "on": []}
             for _ in range(args.reps):
                 for side in ("off", "on", "on", "off"):
