@@ -38,8 +38,8 @@ class Settings:
     title: str = "pgq"
     app: App | None = None
     actor: str = "dashboard"
-    """Who the audit of a bulk action names (pgq.job_audit.actor): "dashboard", or with Basic auth
-    "dashboard:<user>"."""
+    """Who the audit of an action names (pgq.job_audit.actor): "dashboard", or with Basic auth
+    "dashboard:<user>"; a request's `Access` (the Django mount's user) names its own."""
 
 
 @dataclass(frozen=True, slots=True)
