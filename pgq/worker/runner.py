@@ -31,7 +31,8 @@ from .outcome import FINISH_LEVELS, HandlerTimeout, Rejected, Verdict, clip, job
 from .state import ProcessSpan, ProcessTracer, Running, WorkerState
 from .threads import Threads, retrieve
 
-__all__ = ["UNKNOWN_KIND_BACKOFF", "UNKNOWN_KIND_ERROR", "Runner", "async_call", "sync_call", "unknown_kind_delay"]
+__all__ = ["UNKNOWN_KIND_BACKOFF", "UNKNOWN_KIND_ERROR", "PrepareFailed", "Runner", "async_call", "sync_call",
+           "unknown_kind_delay"]
 
 logger = logging.getLogger("pgq.worker")
 
@@ -43,6 +44,12 @@ last doubling) up to the second. Kept per kind by each worker run."""
 UNKNOWN_KIND_ERROR = "no worker of queue {queue!r} knows kind {kind!r} (handed back by worker {worker})"
 """The last_error stored with a job handed back for its unknown kind. sql/queue_unknown_kinds.sql
 counts the jobs by its start: keep 'no worker of queue % knows kind %' in step with it."""
+
+
+class PrepareFailed(Exception):
+    """What an attempt failed with when preparing it (before its handler was called) raised: its
+    span could not start, its context could not be built. A job whose stored payload cannot be
+    decoded is rejected instead (failed for good: no retry can decode it)."""
 
 
 class Runner:
@@ -95,14 +102,15 @@ class Runner:
                 return
         run.task = asyncio.get_running_loop().create_task(self._execute(run))
 
-    def prepare_failed(self, run: Running, exc: BaseException) -> None:
-        """The attempt of `run` failed before its handler was called (`exc`): fail it (at once, for
-        a job whose stored data cannot be used: a Rejected), log it and free its slot."""
+    def prepare_failed(self, run: Running, exc: Exception) -> None:
+        """The attempt of `run` failed before its handler was called (`exc`): fail it as a
+        PrepareFailed (retried as the task's retry policy says, like a handler's error), log it and
+        free its slot."""
         job = run.claim.job
         logger.error("job %d %s: its attempt could not be prepared: %s", job.id, job.kind, one_line(exc),
                      extra={**job_extra(job, "job_prepare_error"), "error": one_line(exc)})
-        failed = exc if isinstance(exc, Rejected) else Rejected(
-            f"the attempt could not be prepared: {type(exc).__name__}: {one_line(exc)}")
+        failed = PrepareFailed(f"the attempt could not be prepared: {type(exc).__name__}: {one_line(exc)}")
+        failed.__cause__ = exc
         run.started = time.monotonic()
         outcome, error = "released", None
         try:

@@ -121,14 +121,14 @@ def test_a_span_that_cannot_start_fails_the_attempt_and_frees_the_slot(
     monkeypatch.setattr(pgq.otel.Tracing, "process", broken)
     with pgq.Queue(pgq_dsn) as queue:
         ids = [queue.enqueue("echo", {"n": n}) for n in range(3)]
+    failed = ("SELECT count(*) FROM pgq.jobs WHERE attempts = 1 AND status = 'queued' AND last_error LIKE "
+              "'PrepareFailed: the attempt could not be prepared: RuntimeError: the tracer is broken%%'")
 
     async def done(_: pgq.AsyncQueue) -> bool:
-        return db.status_counts() == {"failed": 3}
+        return bool(db.value(failed) == 3)  # each failed once, to be retried: one slot served them all
 
     asyncio.run(run_worker_until(app, done, concurrency=1, timeout=20))
-    assert ran == []
-    errors = {r["last_error"] for r in db.rows("SELECT last_error FROM pgq.jobs WHERE id = ANY(%s)", [ids])}
-    assert errors == {"the attempt could not be prepared: RuntimeError: the tracer is broken"}
+    assert ran == [] and len(ids) == 3
 
 
 def test_a_held_job_interrupted_before_it_starts_leaves_no_trace_context_behind(pgq_dsn: str, db: DB) -> None:
