@@ -65,6 +65,11 @@ COMMENT ON FUNCTION pgq.trace_context_valid(jsonb) IS
     'Whether a stored trace context is NULL or {"traceparent": text of at most 256 characters, optional '
     '"tracestate": text of at most 512}, nothing else (revision 0019).';
 
+-- The triggers' WHEN clauses and the CHECKs call these two as the role that writes the row (a
+-- producer's direct INSERT, a worker's completion, an administrator's bulk action): every role must
+-- keep EXECUTE on them. They read nothing but their argument.
+GRANT EXECUTE ON FUNCTION pgq.json_bounded(jsonb), pgq.trace_context_valid(jsonb) TO PUBLIC;
+
 -- Raises for the row its trigger's WHEN clause found out of bounds, naming the first column that is.
 CREATE FUNCTION pgq.jobs_refuse_unbounded_json() RETURNS trigger
 LANGUAGE plpgsql

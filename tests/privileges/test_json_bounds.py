@@ -110,3 +110,10 @@ def test_a_worker_cannot_store_a_nested_result_or_progress(roles: Roles, call: s
     with pytest.raises(psycopg.errors.CheckViolation):
         rows(roles.worker, call, {"id": job, "t": token, "v": DEEP})
     assert table_state(roles) == before
+
+
+def test_every_role_may_run_the_bound_checks_its_writes_call(roles: Roles) -> None:
+    for dsn in (roles.producer, roles.worker, roles.admin):
+        [row] = rows(dsn, "SELECT pgq.json_bounded(%s::jsonb) AS deep, pgq.json_bounded('[1]') AS flat, "
+                          "pgq.trace_context_valid('{\"traceparent\": \"00-x\"}') AS context", [JUST_TOO_DEEP])
+        assert row == {"deep": False, "flat": True, "context": True}
