@@ -87,7 +87,19 @@ def environment() -> jinja2.Environment:
     env.filters.update(age=format_age, relative=format_relative, time=format_time, pretty=pretty_json,
                        first_line=_first_line, query=_query, duration=format_duration,
                        window=format_window)
+    env.policies["json.dumps_function"] = _tojson
     return env
+
+
+def _tojson(value: Any, **options: Any) -> str:
+    """`tojson` of the templates: json.dumps, but a value that cannot be decoded or is nested too
+    deeply to encode (stored before revision 0019) is shown as a string saying so."""
+    if isinstance(value, Undecodable):
+        value = f"(not shown: {value.size} bytes of JSON {value.reason})"
+    try:
+        return json.dumps(value, **options)
+    except RecursionError:
+        return json.dumps("(not shown: nested too deeply)", **options)
 
 
 def job_row_json(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -26,3 +26,16 @@ def test_the_job_page_and_the_api_show_a_job_whose_payload_cannot_be_decoded(das
     body = api.json()["job"]
     assert body["payload"] is None and body["result"] is None and body["undecodable"] == ["payload", "result"]
     assert client.get("/jobs").status_code == 200
+
+
+def test_the_templates_tojson_says_what_it_cannot_show() -> None:
+    from pgq.bounds import Undecodable
+    from pgq.web.views import environment
+
+    template = environment().from_string("{{ value | tojson }}")
+    assert "not shown: 7 bytes" in template.render(value=Undecodable("nested too deeply", 7))
+    deep: list[object] = []
+    for _ in range(5000):
+        deep = [deep]
+    assert "nested too deeply" in template.render(value=deep)
+    assert template.render(value={"a": 1}) == '{"a": 1}'
