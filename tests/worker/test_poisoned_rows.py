@@ -175,3 +175,30 @@ def test_a_held_job_interrupted_before_it_starts_leaves_no_trace_context_behind(
 
     left = asyncio.run(main())
     assert not set(left) & set(held)
+
+
+def test_a_follow_up_or_result_past_the_bounds_fails_the_attempt_and_stores_nothing(pgq_dsn: str, db: DB) -> None:
+    app = pgq.App(pgq_dsn)
+    too_deep: Any = 1
+    for _ in range(65):
+        too_deep = [too_deep]
+
+    @app.task
+    def spawn() -> None:
+        pgq.after_success("child", {"v": too_deep})
+
+    @app.task
+    def answer() -> Any:
+        return too_deep
+
+    with pgq.Queue(pgq_dsn) as queue:
+        queue.enqueue("spawn", max_attempts=1)
+        queue.enqueue("answer", max_attempts=1)
+
+    async def done(_: pgq.AsyncQueue) -> bool:
+        return db.status_counts() == {"failed": 2}
+
+    asyncio.run(run_worker_until(app, done, concurrency=2, timeout=20))
+    errors = [r["last_error"] for r in db.rows("SELECT last_error FROM pgq.jobs ORDER BY id")]
+    assert all("nests deeper than 64 levels" in e for e in errors), errors
+    assert db.value("SELECT count(*) FROM pgq.jobs WHERE kind = 'child' OR result IS NOT NULL") == 0
