@@ -66,4 +66,9 @@ CONSTRAINT_MESSAGES: dict[str, str] = {
     "jobs_kind_not_empty": "kind must not be empty",
     "jobs_queue_not_empty": "queue must not be empty",
     "jobs_max_attempts_positive": "max_attempts must be at least 1",
+    "jobs_json_bounded": "a payload, result or progress nests deeper than 64 levels or is larger than 8 MiB",
+    "jobs_trace_context_valid": "a trace context holds only a traceparent (at most 256 characters) and a "
+                                "tracestate (at most 512)",
+    "key_raises_payload_bounded": "a payload nests deeper than 64 levels or is larger than 8 MiB",
+    "job_audit_filters_bounded": "the filters nest deeper than 64 levels or are larger than 8 MiB",
 }

@@ -14,8 +14,8 @@ Once an App is instrumented:
   `messaging.destination.name` (the queue, when the batch has one), `messaging.message.id` (the job
   id, for one job) and `messaging.batch.message_count` (for several);
 - the W3C trace context of that span (``{"traceparent": ..., "tracestate": ...}``, as the global
-  propagator writes it) is stored with each new job, in the column `pgq.jobs.trace_context`
-  (revision 0015), in the enqueue's transaction;
+  propagator writes them; no other key, and within revision 0019's bounds) is stored with each new
+  job, in the column `pgq.jobs.trace_context` (revision 0015), in the enqueue's transaction;
 - the worker runs each attempt in a CONSUMER span ``pgq process <kind>`` whose **parent** is the
   stored context: one job has exactly one enqueuer, so the job is a step of the enqueuer's trace
   (a link would leave every job in a trace of its own, and the request that enqueued it could not be
@@ -27,7 +27,9 @@ Once an App is instrumented:
   jobs a handler enqueues are children of it, so a workflow is one trace; jobs enqueued with
   `depends_on` carry their enqueuer's context like any other.
 
-A job enqueued by an uninstrumented client has no context: its consumer span starts a new trace.
+A job enqueued by an uninstrumented client has no context: its consumer span starts a new trace, as
+does one whose stored context is unusable (`carrier_of`). A producer chooses the trace its jobs join
+and their sampled flag, as W3C propagation implies (docs/tracing.md, "Trust").
 With the API alone (no SDK, or a provider that records nothing) no context is stored at all.
 """
 
@@ -47,11 +49,12 @@ except ModuleNotFoundError as missing:  # the extra is not installed: say which 
                               f"pip install 'pgq-jobs[otel]'", name=missing.name) from missing
 
 from .app import App
+from .bounds import MAX_TRACEPARENT_CHARS, MAX_TRACESTATE_CHARS
 from .client import AsyncQueue, Queue
 from .errors import PgqError
 from .models import Job, JobSpec
 
-__all__ = ["SYSTEM", "Tracing", "instrument", "uninstrument"]
+__all__ = ["SYSTEM", "Tracing", "carrier_of", "instrument", "uninstrument"]
 
 SYSTEM = "pgq"
 """The `messaging.system` of pgq's spans."""
@@ -110,12 +113,8 @@ class Tracing:
     def process(self, job: Job, trace_context: str | None) -> Iterator[ProcessSpan]:
         """The CONSUMER span of an attempt of `job`, child of its stored `trace_context` (a new trace
         without one), current inside the `with`."""
-        parent = Context()
-        if trace_context is not None:
-            with contextlib.suppress(ValueError, TypeError):
-                carrier = json.loads(trace_context)
-                if isinstance(carrier, dict):
-                    parent = propagate.extract({str(k): str(v) for k, v in carrier.items()}, context=Context())
+        carrier = carrier_of(trace_context)
+        parent = Context() if carrier is None else propagate.extract(carrier, context=Context())
         span = self._tracer.start_span(
             f"pgq process {job.kind}", context=parent, kind=SpanKind.CONSUMER,
             attributes={"messaging.system": SYSTEM, "messaging.operation.type": "process",
@@ -164,10 +163,36 @@ class ProcessSpan:
 
 
 def _context_of(span: Span) -> str | None:
-    """The W3C trace context of `span` as JSON object text (None when the propagator writes none)."""
-    carrier: dict[str, str] = {}
-    propagate.inject(carrier, context=trace.set_span_in_context(span, Context()))
-    return json.dumps(carrier, separators=(",", ":"), sort_keys=True) if carrier else None
+    """The W3C trace context of `span` as JSON object text: its traceparent and tracestate only, as
+    the database stores them (revision 0019; a tracestate too long is left out, as W3C lets a
+    vendor do). None when the propagator writes no traceparent, or one too long to store."""
+    written: dict[str, str] = {}
+    propagate.inject(written, context=trace.set_span_in_context(span, Context()))
+    carrier = _bounded(written)
+    return None if carrier is None else json.dumps(carrier, separators=(",", ":"), sort_keys=True)
+
+
+def carrier_of(trace_context: str | None) -> dict[str, str] | None:
+    """The propagation carrier of a stored trace context (JSON object text, from any producer):
+    its traceparent and tracestate only, if they are strings within bounds; None when it has no
+    usable traceparent (then the attempt's span starts a new trace). Never raises: what a producer
+    stored never keeps an attempt from starting."""
+    if trace_context is None:
+        return None
+    try:
+        stored = json.loads(trace_context)
+    except (ValueError, RecursionError):  # rows written before revision 0019 bounded them
+        return None
+    return _bounded(stored) if isinstance(stored, dict) else None
+
+
+def _bounded(context: dict[Any, Any]) -> dict[str, str] | None:
+    parent, state = context.get("traceparent"), context.get("tracestate")
+    if not isinstance(parent, str) or not parent or len(parent) > MAX_TRACEPARENT_CHARS:
+        return None
+    if isinstance(state, str) and state and len(state) <= MAX_TRACESTATE_CHARS:
+        return {"traceparent": parent, "tracestate": state}
+    return {"traceparent": parent}
 
 
 def _record(span: Span, error: BaseException) -> None:

@@ -2,7 +2,7 @@
 pruned sequence tails (issue 40).
 
 Revision ID: 0020
-Revises: 0018
+Revises: 0019
 Create Date: 2026-11-28
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pgq.migrate import execute_schema_file
 
 revision: str = "0020"
-down_revision: str | None = "0018"
+down_revision: str | None = "0019"
 branch_labels: str | None = None
 depends_on: str | None = None
 
@@ -24,5 +24,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    """Restore revision 0018's functions and checks (sql/schema/0020_trust_boundary.down.sql)."""
+    """Restore revision 0019's functions and checks (sql/schema/0020_trust_boundary.down.sql)."""
     execute_schema_file("0020_trust_boundary.down.sql")

@@ -16,6 +16,7 @@ Callers use this package's names (`_ops.claim`), never a module's.
 from .admin import (
     DEPENDENCIES_LIMIT,
     PURGE_BATCH,
+    audited,
     cancel,
     dependencies,
     get,
@@ -109,6 +110,7 @@ __all__ = [
     "Stmt",
     "Watchdog",
     "WorkerRow",
+    "audited",
     "bulk",
     "bulk_count",
     "bulk_ids",

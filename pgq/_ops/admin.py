@@ -9,7 +9,7 @@ from typing import Any
 
 from psycopg import errors as pg_errors
 
-from ..bounds import check_int4
+from ..bounds import check_int4, checked
 from ..errors import CONSTRAINT_MESSAGES, InvalidJob, InvalidState, NotFound
 from ..models import (
     Dependencies,
@@ -39,6 +39,18 @@ def cancel(job_id: int) -> Operation[Job]:
         raise InvalidState(job_id, current.status.value, "cancel")
 
     return Operation("job_cancel", steps)
+
+
+def audited(op: Operation[Job], action: str, job_id: int, actor: str) -> Operation[Job]:
+    """`op`, the cancel or retry (`action`) of job `job_id`, and its record in pgq.job_audit naming
+    `actor`, in one transaction: the record exists if and only if the action was done."""
+
+    def steps() -> Steps[Job]:
+        job = yield from op.steps()
+        yield Stmt("job_audit_add", {"action": action, "actor": actor, "id": job_id}, fetch="none")
+        return job
+
+    return Operation(op.name, steps, transaction=True)
 
 
 def wait_mark(job_id: int) -> Operation[Job]:
@@ -75,13 +87,18 @@ def retry(job_id: int) -> Operation[Job]:
     return Operation("job_retry", steps)
 
 
-def get(job_id: int) -> Operation[Job | None]:
-    """Read one job, or None."""
+def get(job_id: int, *, decoded: bool = True) -> Operation[Job | None]:
+    """Read one job, or None. With `decoded` (the default) raises pgq.bounds.UndecodableJob for a
+    stored job whose payload, result or progress cannot be decoded (see pgq.bounds); without, such
+    a job comes back with a pgq.bounds.Undecodable in those fields (the dashboard shows it)."""
     _check_id(job_id)
 
     def steps() -> Steps[Job | None]:
         rows = yield Stmt("job_get", {"id": job_id})
-        return _job_with_raises(rows[0]) if rows else None
+        if not rows:
+            return None
+        job = _job_with_raises(rows[0])
+        return checked(job) if decoded else job
 
     return Operation("job_get", steps, retry_safe=True)
 

@@ -92,7 +92,7 @@ def _clean_text(text: str) -> str:
 # a row lock (READ_ONLY_STATEMENTS); tests check that every .sql file is in exactly one of the two.
 WRITING_STATEMENTS: tuple[str, ...] = (
     "concurrency_limit_delete", "concurrency_limit_set", "group_limits_delete", "group_limits_set",
-    "job_after_finish", "job_cancel", "job_cancel_many", "job_claim", "job_claim_fast", "job_complete",
+    "job_after_finish", "job_audit_add", "job_cancel", "job_cancel_many", "job_claim", "job_claim_fast", "job_complete",
     "job_complete_skip", "job_delete_many", "job_enqueue", "job_enqueue_after", "job_enqueue_one",
     "job_enqueue_unique", "job_error_set", "job_fail",
     "job_fail_skip", "job_heartbeat", "job_heartbeat_skip", "job_insert", "job_insert_one", "job_purge",

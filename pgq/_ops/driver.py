@@ -17,6 +17,7 @@ from psycopg.pq import Format
 from psycopg.rows import dict_row, tuple_row
 
 from .. import _sql
+from ..bounds import Undecodable
 from ..errors import CONSTRAINT_MESSAGES, InvalidJob, NotMigrated, PgqError
 from .core import Fetch, Operation, Steps, Stmt, T
 
@@ -27,7 +28,9 @@ class _JsonbBinaryLoader(Loader):
     """jsonb in binary format (the claim's payloads and results), parsed by the json module's C
     scanner straight from text: `json.loads` on bytes, psycopg's default, spends most of its time
     detecting the encoding and checking arguments (about 3.5 µs against 0.9 µs for a small payload,
-    which a claim pays once per job). The same values as `json.loads`, and its errors."""
+    which a claim pays once per job). The same values as `json.loads`, and its errors, but for a
+    value nested too deeply for Python (written before revision 0019 bounded JSON): that one decodes
+    as a `pgq.bounds.Undecodable`, so that it never fails the whole claim or listing it came in."""
 
     format = Format.BINARY
     decoded_bytes = 0
@@ -38,12 +41,29 @@ class _JsonbBinaryLoader(Loader):
         _JsonbBinaryLoader.decoded_bytes += len(data)
         if not data or data[0] != 1:
             raise psycopg.DataError(f"unknown jsonb binary format: {data[0] if data else 'empty'}")
-        text = str(memoryview(data)[1:], "utf-8")
+        return _decoded(str(memoryview(data)[1:], "utf-8"), len(data))
+
+
+class _JsonbTextLoader(Loader):
+    """jsonb in text format (statements whose results psycopg reads as text): `json.loads`, but for a
+    value nested too deeply for Python, which decodes as a `pgq.bounds.Undecodable` (see
+    _JsonbBinaryLoader)."""
+
+    format = Format.TEXT
+
+    def load(self, data: Buffer) -> Any:
+        return _decoded(str(data, "utf-8"), len(data))
+
+
+def _decoded(text: str, size: int) -> Any:
+    try:
         try:
             value, end = _raw_decode(text)
         except ValueError:
             return json.loads(text)  # raises the error json.loads raises
         return value if end == len(text) else json.loads(text)
+    except RecursionError:
+        return Undecodable("nested too deeply for Python's json module", size)
 
 
 _JSONB_OID = psycopg.postgres.types["jsonb"].oid
@@ -65,6 +85,7 @@ def configure_connection(conn: psycopg.Connection[Any]) -> None:
     datetimes pgq reads on its own connections are in UTC). Leaves no transaction open. Raises
     psycopg errors of the statement (the pool then discards the connection and tries again)."""
     conn.adapters.register_loader("jsonb", _JsonbBinaryLoader)
+    conn.adapters.register_loader("jsonb", _JsonbTextLoader)
     if conn.info.parameter_status("TimeZone") != "UTC":
         conn.execute(_sql.query("session_utc"))
         if not conn.autocommit:
@@ -74,6 +95,7 @@ def configure_connection(conn: psycopg.Connection[Any]) -> None:
 async def configure_connection_async(conn: psycopg.AsyncConnection[Any]) -> None:
     """`configure_connection` for a connection of an AsyncConnectionPool."""
     conn.adapters.register_loader("jsonb", _JsonbBinaryLoader)
+    conn.adapters.register_loader("jsonb", _JsonbTextLoader)
     if conn.info.parameter_status("TimeZone") != "UTC":
         await conn.execute(_sql.query("session_utc"))
         if not conn.autocommit:
@@ -85,6 +107,7 @@ def _cursor_adapters(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> Non
     # Connections of pgq's own pools have them already (configure_connection).
     if cur.connection.adapters.get_loader(_JSONB_OID, Format.BINARY) is not _JsonbBinaryLoader:
         cur.adapters.register_loader("jsonb", _JsonbBinaryLoader)
+        cur.adapters.register_loader("jsonb", _JsonbTextLoader)
 
 
 TRANSACTION_IDLE_LIMIT = "5s"

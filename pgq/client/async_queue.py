@@ -438,7 +438,9 @@ class AsyncQueue:
         return await self._run(_ops.retry(job_id))
 
     async def get(self, job_id: int) -> Job | None:
-        """Return the job with this id, or None."""
+        """Return the job with this id, or None. Raises pgq.bounds.UndecodableJob (a PgqError) for a
+        job whose stored payload, result or progress cannot be decoded (written before revision 0019
+        bounded JSON; docs/concepts.md, "Bounded JSON")."""
         return await self._run(_ops.get(job_id))
 
     async def purge(self, older_than: dt.timedelta | float) -> int:

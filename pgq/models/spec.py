@@ -272,7 +272,8 @@ def encode_json(what: str, value: JSON, default: JSON) -> str:
     """Serialize `value` (None -> `default`) to JSON text for a jsonb column.
 
     Raises InvalidJob if it is not JSON-serializable (NaN and infinities included: jsonb rejects
-    them), contains NUL characters (Postgres text cannot hold them), or exceeds MAX_PAYLOAD_BYTES.
+    them), contains NUL characters (Postgres text cannot hold them), exceeds MAX_PAYLOAD_BYTES, or
+    nests deeper than the database accepts (pgq.bounds.MAX_JSON_DEPTH).
     """
     try:
         text = _encode(default if value is None else value)
@@ -286,6 +287,7 @@ def encode_json(what: str, value: JSON, default: JSON) -> str:
         raise InvalidJob(f"{what} contains a lone surrogate (not UTF-8), which Postgres cannot store")
     if len(text) > MAX_PAYLOAD_BYTES and len(text.encode()) > MAX_PAYLOAD_BYTES:
         raise InvalidJob(f"{what} is {len(text.encode())} bytes of JSON; the limit is {MAX_PAYLOAD_BYTES}")
+    bounds.check_depth(what, text)
     return text
 
 

@@ -6,6 +6,7 @@ Python API do."""
 
 from __future__ import annotations
 
+import logging
 from typing import Literal
 
 from .. import _ops
@@ -21,27 +22,33 @@ JobAction = Literal["cancel", "retry"]
 QueueAction = Literal["pause", "resume"]
 BulkAction = _ops.BulkAction
 
+logger = logging.getLogger("pgq.web")
+
 READ_ONLY = "this dashboard is read-only: it cancels, retries, pauses and resumes nothing (--read-only)"
 
 
 async def _allowed(dash: Dashboard, action: str) -> None:
     """Raise HttpError(403) when the dashboard is read-only or its database role lacks the right."""
-    if dash.settings.read_only:
-        raise HttpError(403, READ_ONLY)
+    if dash.current.read_only:
+        raise HttpError(403, dash.refusal(READ_ONLY))
     refusal = (await dash.read(queries.rights())).refusal(action)
     if refusal is not None:
         raise HttpError(403, refusal)
 
 
 async def job_action(dash: Dashboard, action: JobAction, job_id: int) -> Job:
-    """Cancel or retry job `job_id`; return the job as it is after. Raises HttpError 403 (read-only,
+    """Cancel or retry job `job_id`, recorded in pgq.job_audit with the request's actor; return the
+    job as it is after. Raises HttpError 403 (read-only,
     no right), and pgq's NotFound (404) and InvalidState (409: finished already, not failed, or its
     dedupe key held by another job)."""
     await _allowed(dash, action)
     queue = await dash.queue()
-    if action == "cancel":
-        return await queue.cancel(job_id)
-    return await queue.retry(job_id)
+    actor = dash.current.actor
+    op = _ops.cancel(job_id) if action == "cancel" else _ops.retry(job_id)
+    job = await queue._run(_ops.audited(op, action, job_id, actor))
+    logger.info("%s: %s job %d", actor, action, job_id, extra={"event": "dashboard_action", "actor": actor,
+                                                            "action": action, "job_id": job_id})
+    return job
 
 
 async def queue_action(dash: Dashboard, action: QueueAction, name: str) -> bool:
@@ -49,9 +56,11 @@ async def queue_action(dash: Dashboard, action: QueueAction, name: str) -> bool:
     no right)."""
     await _allowed(dash, action)
     queue = await dash.queue()
-    if action == "pause":
-        return await queue.pause(name)
-    return await queue.resume(name)
+    changed = await (queue.pause(name) if action == "pause" else queue.resume(name))
+    actor = dash.current.actor
+    logger.info("%s: %s queue %r (%s)", actor, action, name, "changed" if changed else "no change",
+                extra={"event": "dashboard_action", "actor": actor, "action": action, "queue": name})
+    return changed
 
 
 BULK_COUNT_BUDGET_S = 0.1
@@ -90,7 +99,7 @@ async def bulk_action(dash: Dashboard, action: BulkAction, *, where: _ops.JobFil
         # The rule of Queue.cancel_where (issue 40): no filter at all is refused, not "every job".
         _ops.require_filter(action, where, BULK_CALLER)
     queue = await dash.queue()
-    actor = dash.settings.actor
+    actor = dash.current.actor
     if ids is not None:
         return await queue._run(_ops.bulk_ids(action, ids, actor=actor))
     assert where is not None

@@ -115,6 +115,6 @@ class Api:
         return _json({"now": data.now, "concurrency": data.concurrency, "rate": data.rate, "group": data.group})
 
     def _check(self, request: Request) -> None:
-        if self.dash.settings.read_only:
-            raise HttpError(403, actions.READ_ONLY)
+        if self.dash.current.read_only:
+            raise HttpError(403, self.dash.refusal(actions.READ_ONLY))
         check_api_request(request)

@@ -18,17 +18,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..app import App
 from ..client import AsyncQueue
 from ..errors import PgqError
 from .api import Api, json_error
-from .dashboard import Dashboard, Settings
+from .dashboard import ACCESS, ACCESS_SCOPE_KEY, Access, Dashboard, Settings
 from .errors import HttpError, from_exception
 from .pages import Pages
 from .security import BasicAuth, SecurityHeaders, TrustedHosts, parse_auth, route_path
 
-__all__ = ["STATIC_DIR", "create_app"]
+__all__ = ["STATIC_DIR", "ScopeAccess", "create_app"]
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 logger = logging.getLogger("pgq.web")
@@ -124,7 +125,7 @@ def create_app(
         finally:
             await dash.close()
 
-    middleware = [Middleware(SecurityHeaders)]
+    middleware = [Middleware(SecurityHeaders), Middleware(ScopeAccess)]
     if allowed_hosts is not None:
         middleware.append(Middleware(TrustedHosts, hosts=list(allowed_hosts)))
     if auth is not None:
@@ -138,6 +139,27 @@ def create_app(
     )
     starlette.state.dashboard = dash
     return starlette
+
+
+class ScopeAccess:
+    """ASGI middleware: serve a request whose scope carries an `Access` (ACCESS_SCOPE_KEY, set by the
+    application embedding the dashboard) with that Access current (read-only for it, its actions
+    recorded under its actor)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve the request with its Access, if any, as `dashboard.ACCESS`."""
+        access = scope.get(ACCESS_SCOPE_KEY)
+        if not isinstance(access, Access):
+            await self.app(scope, receive, send)
+            return
+        token = ACCESS.set(access)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            ACCESS.reset(token)
 
 
 def _routes(pages: Pages, api: Api) -> list[BaseRoute]:

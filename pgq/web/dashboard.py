@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import psycopg
@@ -19,7 +20,7 @@ from ..client.common import connection_failure
 from .security import Csrf
 from .views import environment
 
-__all__ = ["APPLICATION_NAME", "Dashboard", "Settings"]
+__all__ = ["ACCESS", "ACCESS_SCOPE_KEY", "APPLICATION_NAME", "Access", "Dashboard", "Settings"]
 
 T = TypeVar("T")
 
@@ -37,8 +38,27 @@ class Settings:
     title: str = "pgq"
     app: App | None = None
     actor: str = "dashboard"
-    """Who the audit of a bulk action names (pgq.job_audit.actor): "dashboard", or with Basic auth
-    "dashboard:<user>"."""
+    """Who the audit of an action names (pgq.job_audit.actor): "dashboard", or with Basic auth
+    "dashboard:<user>"; a request's `Access` (the Django mount's user) names its own."""
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """What one request may do, as the application that embeds the dashboard decided (the Django
+    mount: from the Django user's permissions): `read_only` refuses its actions with `refusal`;
+    `actor` is who its actions are recorded as (pgq.job_audit.actor, the dashboard's log)."""
+
+    read_only: bool
+    actor: str
+    refusal: str = "you may not change jobs or queues here"
+
+
+ACCESS_SCOPE_KEY = "pgq.access"
+"""The key of an `Access` in a request's ASGI scope: set by the embedding application's code (an
+HTTP client cannot set scope keys), read into ACCESS by the dashboard for that request."""
+
+ACCESS: ContextVar[Access | None] = ContextVar("pgq_dashboard_access", default=None)
+"""The Access of the request being served (None: the dashboard's own settings alone)."""
 
 
 class Dashboard:
@@ -58,6 +78,21 @@ class Dashboard:
         self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Future[AsyncQueue]] = (
             weakref.WeakKeyDictionary()
         )
+
+    @property
+    def current(self) -> Settings:
+        """The settings for the request being served: `settings`, read-only as well when its Access
+        says so, with its Access's actor."""
+        access = ACCESS.get()
+        if access is None:
+            return self.settings
+        return replace(self.settings, read_only=self.settings.read_only or access.read_only, actor=access.actor)
+
+    def refusal(self, read_only_message: str) -> str:
+        """Why an action of the request being served is refused, given that `current.read_only`:
+        `read_only_message` for a dashboard started read-only, else its Access's refusal."""
+        access = ACCESS.get()
+        return read_only_message if self.settings.read_only or access is None else access.refusal
 
     async def queue(self) -> AsyncQueue:
         """The AsyncQueue of the running event loop: the caller's, or one opened now on the DSN."""

@@ -71,7 +71,7 @@ class Pages:
         """Render `template` (or, for a live refresh, its fragment `live`) with the common context:
         the base path, the settings, the CSRF token (setting its cookie when new) and the notice."""
         cookie, new = self.dash.csrf.cookie_for(request)
-        settings = self.dash.settings
+        settings = self.dash.current
         context = {
             "base": base_path(request), "settings": settings, "version": version(),
             "csrf_token": self.dash.csrf.token(cookie), "notice": _notice(request),
@@ -101,7 +101,7 @@ class Pages:
         data = await self.dash.read(queries.overview())
         t = data.throughput
         sparklines = {q.name: chart.sparkline(q.per_minute, q.failed_per_minute, t.minutes) for q in data.queues}
-        can_pause = not self.dash.settings.read_only and data.rights.pause
+        can_pause = not self.dash.current.read_only and data.rights.pause
         return self.render(request, "overview.html", live="_overview.html", section="overview", overview=data,
                            now=data.now, chart=chart.throughput_chart(t), sparklines=sparklines, can_pause=can_pause)
 
@@ -120,7 +120,7 @@ class Pages:
         if filters.status is JobStatus.FAILED:
             groups = await self.dash.read(queries.failed_groups(filters.queue, filters.kind))
         can_bulk = False
-        if page.jobs and not self.dash.settings.read_only:
+        if page.jobs and not self.dash.current.read_only:
             can_bulk = (await self.dash.read(queries.rights())).change_jobs
         if limit != JOBS_PER_PAGE:
             filter_params["limit"] = str(limit)
@@ -140,7 +140,7 @@ class Pages:
         action = _bulk_action(query.get("action", ""))
         filters = params.job_filter(query)
         count, complete = await actions.bulk_count(self.dash, action, filters.bulk())
-        refusal = actions.READ_ONLY if self.dash.settings.read_only else (
+        refusal = self.dash.refusal(actions.READ_ONLY) if self.dash.current.read_only else (
             await self.dash.read(queries.rights())).refusal(action)
         if refusal is None and not filters.active:  # what the POST would refuse (a 400): no form
             refusal = actions.unfiltered(action)
@@ -222,8 +222,8 @@ class Pages:
 
     async def _check_form(self, request: Request, *, max_bytes: int = 0,
                           max_fields: int = 0) -> dict[str, list[str]]:
-        if self.dash.settings.read_only:
-            raise HttpError(403, actions.READ_ONLY)
+        if self.dash.current.read_only:
+            raise HttpError(403, self.dash.refusal(actions.READ_ONLY))
         media = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if media != "application/x-www-form-urlencoded":
             raise HttpError(403, "an action form must be sent as a form, with its CSRF token")

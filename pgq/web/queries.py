@@ -358,7 +358,7 @@ def job_detail(job_id: int) -> _ops.Operation[JobDetail]:
     def steps() -> _ops.Steps[JobDetail]:
         now = yield from _guard()
         who = yield from _rights()
-        job = yield from _ops.get(job_id).steps()
+        job = yield from _ops.get(job_id, decoded=False).steps()
         deps = explanation = None
         if job is not None:
             deps = yield from _ops.dependencies(job_id, limit=DEPENDENCIES_SHOWN).steps()

@@ -13,6 +13,7 @@ from urllib.parse import urlencode
 
 import jinja2
 
+from ..bounds import Undecodable, undecodable_fields
 from ..cli import render
 from ..cli.render import dependencies_json
 from ..models import Job, JobStatus, jsonable
@@ -56,8 +57,14 @@ def format_window(seconds: float) -> str:
 
 
 def pretty_json(value: Any) -> str:
-    """A JSON value indented for reading (not escaped: the template escapes it)."""
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+    """A JSON value indented for reading (not escaped: the template escapes it); a value that could
+    not be decoded (pgq.bounds.Undecodable) or is nested too deeply to indent, said so instead."""
+    if isinstance(value, Undecodable):
+        return f"(not shown: {value.size} bytes of JSON {value.reason})"
+    try:
+        return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+    except RecursionError:
+        return "(not shown: nested too deeply to indent)"
 
 
 def _first_line(text: str | None) -> str:
@@ -80,7 +87,19 @@ def environment() -> jinja2.Environment:
     env.filters.update(age=format_age, relative=format_relative, time=format_time, pretty=pretty_json,
                        first_line=_first_line, query=_query, duration=format_duration,
                        window=format_window)
+    env.policies["json.dumps_function"] = _tojson
     return env
+
+
+def _tojson(value: Any, **options: Any) -> str:
+    """`tojson` of the templates: json.dumps, but a value that cannot be decoded or is nested too
+    deeply to encode (stored before revision 0019) is shown as a string saying so."""
+    if isinstance(value, Undecodable):
+        value = f"(not shown: {value.size} bytes of JSON {value.reason})"
+    try:
+        return json.dumps(value, **options)
+    except RecursionError:
+        return json.dumps("(not shown: nested too deeply)", **options)
 
 
 def job_row_json(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -99,8 +118,23 @@ def job_json(job: Job) -> dict[str, Any]:
     """A job for the API: every column but the lease token (which fences the running attempt and has
     no business leaving the database), timestamps in ISO 8601. `last_error` is only the error the
     job finished with (`Job.error`: a failed or cancelled job's); the error of an earlier attempt
-    that is no longer the outcome (the job succeeded, or runs again) is `previous_attempt_error`."""
-    data = {f.name: jsonable(getattr(job, f.name)) for f in dataclasses.fields(job) if f.name != "lease_token"}
+    that is no longer the outcome (the job succeeded, or runs again) is `previous_attempt_error`.
+    A payload, result or progress that cannot be decoded (pgq.bounds.Undecodable), or is nested too
+    deeply to encode again, is null, and `undecodable` lists those fields."""
+    data: dict[str, Any] = {}
+    bad = undecodable_fields(job)
+    for f in dataclasses.fields(job):
+        if f.name == "lease_token" or f.name in bad:
+            data[f.name] = None
+            continue
+        try:
+            data[f.name] = jsonable(getattr(job, f.name))
+        except RecursionError:  # decodable, but nested too deeply to encode again (written before 0019)
+            data[f.name] = None
+            bad.append(f.name)
+    del data["lease_token"]
+    if bad:
+        data["undecodable"] = bad  # stored JSON that cannot be shown (pgq.bounds), shown as null
     # A running job holds a lease (jobs_lease_iff_running); reads never carry the token (revision 0020).
     data["lease_held"] = job.status is JobStatus.RUNNING
     data["last_error"] = job.error

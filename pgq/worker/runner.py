@@ -9,6 +9,7 @@ to the loop in a callback (a task awaits the ones with a timeout, and abandons t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import logging
@@ -19,6 +20,7 @@ from typing import Any
 import psycopg
 
 from .. import _ops
+from ..bounds import Undecodable
 from ..client import AsyncQueue
 from ..context import JobContext, _current
 from ..errors import InvalidJob, one_line
@@ -29,7 +31,8 @@ from .outcome import FINISH_LEVELS, HandlerTimeout, Rejected, Verdict, clip, job
 from .state import ProcessSpan, ProcessTracer, Running, WorkerState
 from .threads import Threads, retrieve
 
-__all__ = ["UNKNOWN_KIND_BACKOFF", "UNKNOWN_KIND_ERROR", "Runner", "async_call", "sync_call", "unknown_kind_delay"]
+__all__ = ["UNKNOWN_KIND_BACKOFF", "UNKNOWN_KIND_ERROR", "PrepareFailed", "Runner", "async_call", "sync_call",
+           "unknown_kind_delay"]
 
 logger = logging.getLogger("pgq.worker")
 
@@ -41,6 +44,12 @@ last doubling) up to the second. Kept per kind by each worker run."""
 UNKNOWN_KIND_ERROR = "no worker of queue {queue!r} knows kind {kind!r} (handed back by worker {worker})"
 """The last_error stored with a job handed back for its unknown kind. sql/queue_unknown_kinds.sql
 counts the jobs by its start: keep 'no worker of queue % knows kind %' in step with it."""
+
+
+class PrepareFailed(Exception):
+    """What an attempt failed with when preparing it (before its handler was called) raised: its
+    span could not start, its context could not be built. A job whose stored payload cannot be
+    decoded is rejected instead (failed for good: no retry can decode it)."""
 
 
 class Runner:
@@ -59,11 +68,20 @@ class Runner:
         self._unknown_warned: set[tuple[str, str]] = set()  # (kind, queue)
 
     def start(self, claim: Claim, claimed_at: float) -> None:
-        """Start `claim`'s handler (the caller made sure a slot is free)."""
+        """Start `claim`'s handler (the caller made sure a slot is free). Whatever fails while the
+        attempt is prepared (its payload cannot be decoded, its trace span cannot start) fails that
+        attempt with the reason and frees the slot: one job never keeps a slot or stops the others."""
         job = claim.job
         self._state.count("claimed", job)
         run = Running(claim, claimed_at, JobContext(claim, claimed_at, self._tasks))
         self._running[job.id] = run
+        try:
+            self._begin(run)
+        except Exception as exc:
+            self.prepare_failed(run, exc)
+
+    def _begin(self, run: Running) -> None:
+        job = run.claim.job
         task = self._tasks.get(job.kind)
         if self._tracer is not None:
             run.task = asyncio.get_running_loop().create_task(self._execute_traced(run, self._tracer))
@@ -84,6 +102,22 @@ class Runner:
                 return
         run.task = asyncio.get_running_loop().create_task(self._execute(run))
 
+    def prepare_failed(self, run: Running, exc: Exception) -> None:
+        """The attempt of `run` failed before its handler was called (`exc`): fail it as a
+        PrepareFailed (retried as the task's retry policy says, like a handler's error), log it and
+        free its slot."""
+        job = run.claim.job
+        logger.error("job %d %s: its attempt could not be prepared: %s", job.id, job.kind, one_line(exc),
+                     extra={**job_extra(job, "job_prepare_error"), "error": one_line(exc)})
+        failed = PrepareFailed(f"the attempt could not be prepared: {type(exc).__name__}: {one_line(exc)}")
+        failed.__cause__ = exc
+        run.started = time.monotonic()
+        outcome, error = "released", None
+        try:
+            outcome, error = self._conclude(run, self._tasks.get(job.kind), None, failed)
+        finally:
+            self.end_run(run, outcome, error)
+
     def interrupt(self, job_id: int, token: str | None, reason: str) -> bool:
         """Stop the attempt `job_id` runs under lease `token` (None: whichever), because of `reason`
         ("cancelled" or "lease lost"): a prefetched job is dropped before it starts; a running async
@@ -101,6 +135,7 @@ class Runner:
                 return False  # finished, awaiting its acknowledgement: that will be refused or lands
             state.held.remove(held)
             del state.inflight[job_id]
+            state.traces.pop(job_id, None)  # it never starts: its trace context is not read
             self._log_interrupt(claim.job, reason, "before it started")
             return True
         if run.interrupted is not None or run.released:
@@ -132,10 +167,15 @@ class Runner:
                          extra=job_extra(job, "job_start"))
 
     async def _execute_traced(self, run: Running, tracer: ProcessTracer) -> None:
-        # The span is current in this task's context, which a sync handler's thread copies.
+        # The span is current in this task's context, which a sync handler's thread copies. A span
+        # that cannot start fails the attempt (prepare_failed) instead of leaving its slot taken.
         job = run.claim.job
-        with tracer.process(job, self._state.traces.pop(job.id, None)) as span:
-            run.span = span
+        with contextlib.ExitStack() as stack:
+            try:
+                run.span = stack.enter_context(tracer.process(job, self._state.traces.pop(job.id, None)))
+            except Exception as exc:
+                self.prepare_failed(run, exc)
+                return
             await self._execute(run)
 
     async def _execute(self, run: Running) -> None:
@@ -152,6 +192,9 @@ class Runner:
                 if task is None:
                     outcome = await self._hand_back(run)
                     return
+                if isinstance(job.payload, Undecodable):
+                    raise Rejected(f"its stored payload cannot be decoded ({job.payload.reason}; "
+                                   f"{job.payload.size} bytes)")
                 try:
                     kwargs = task.check_arguments(job.payload)
                 except InvalidJob as exc:

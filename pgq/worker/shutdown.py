@@ -30,6 +30,7 @@ async def shut_down(state: WorkerState, producer: asyncio.Task[None], acks: Ackn
     # Prefetched jobs never started: straight back to the queue.
     while state.held:
         claim, _ = state.held.popleft()
+        state.traces.pop(claim.id, None)
         acks.snooze(claim, 0.0)
     # 2. Let running jobs finish, until the drain timeout or an abort.
     await _drain(state)

@@ -139,7 +139,7 @@ def test_the_dashboard_answers_staff_only_and_pgq_migrate_reports_the_revision(p
     User.objects.create_user("clerk", password="pw")
     client.login(username="clerk", password="pw")
     assert client.get("/ops/pgq/").status_code == 302  # logged in, not staff
-    User.objects.create_user("ops", password="pw", is_staff=True)
+    User.objects.create_user("ops", password="pw", is_staff=True, is_superuser=True)  # staff alone: read-only
     client.login(username="ops", password="pw")
     page = client.get("/ops/pgq/")
     assert page.status_code == 200, page.content[:500]

@@ -10,4 +10,7 @@ from pgq.contrib.django import dashboard
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("ops/pgq/", include(dashboard.urls(title="shop jobs"))),
+    # Permissions of the project's own (here: Django's auth app's) instead of staff and superuser.
+    path("ops/pgq-perms/", include(dashboard.urls(view_permission="auth.view_user",
+                                                  action_permission="auth.change_user"))),
 ]

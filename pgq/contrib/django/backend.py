@@ -15,7 +15,6 @@ from asgiref.sync import async_to_sync
 from django.apps import apps as django_apps
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections
-from django.utils.module_loading import import_string
 from psycopg.conninfo import make_conninfo
 
 from ... import _ops
@@ -107,6 +106,8 @@ class PgqBackend(BaseTaskBackend):
         self.max_attempts: int = attempts
         self.modules: list[str] = list(self.options.get("MODULES", []))
         self._dsn: str | None = self.options.get("DSN")
+        self._known: dict[str, Task[Any, Any]] | None = None  # tasks(), by module path, once looked up
+        self._enqueued: dict[str, Task[Any, Any]] = {}  # tasks enqueued here, by module path
 
     # -- the producer side (Django's API) ----------------------------------------------------------
 
@@ -117,6 +118,7 @@ class PgqBackend(BaseTaskBackend):
         payload: dict[str, Any] = {"args": normalize_json(args), "kwargs": normalize_json(kwargs)}
         if task.run_after is not None:
             payload[RUN_AFTER_KEY] = task.run_after.isoformat()  # kept as given: run_at moves with retries
+        self._enqueued.setdefault(task.module_path, task)
         spec = JobSpec(task.module_path, payload,
                        queue=task.queue_name, priority=-task.priority, run_at=task.run_after,
                        max_attempts=self.max_attempts)
@@ -191,12 +193,14 @@ class PgqBackend(BaseTaskBackend):
         return result
 
     def task_of(self, kind: str) -> Task[Any, Any] | None:
-        """The Django task whose `module_path` is `kind`, if it is one of this backend's."""
-        try:
-            task = import_string(kind)
-        except ImportError:
-            return None
-        return task if isinstance(task, Task) and task.backend == self.alias else None
+        """The Django task whose `module_path` is `kind`, if it is one of this backend's: one of
+        `tasks()` (found once, then remembered) or one this backend enqueued in this process. A kind
+        is never imported: it is read from the database, where any producer may have written any
+        name."""
+        known = self._known
+        if known is None:
+            known = self._known = {task.module_path: task for task in self.tasks()}
+        return known.get(kind) or self._enqueued.get(kind)
 
     # -- the worker side (`manage.py pgq_worker`) --------------------------------------------------
 

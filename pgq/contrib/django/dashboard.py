@@ -6,8 +6,12 @@
 
     urlpatterns = [..., path("pgq/", include(dashboard.urls()))]
 
-Every page and action then needs a logged-in staff user (`staff_member_required`: others are sent to
-the admin's login page). The dashboard (`pgq.web.create_app`, an ASGI app) runs on an event loop
+Every page then needs a logged-in staff user (`staff_member_required`: others are sent to the admin's
+login page) who passes `view_permission`, and every action (cancel, retry, pause, resume, bulk) a
+user who passes `action_permission` as well; others see the pages read-only (an action answers 403).
+By default any staff user may look and only superusers may act. Each action is recorded under the
+Django user, as ``django:<username>`` (pgq.job_audit.actor for cancel, retry and bulk actions, and
+the ``pgq.web`` log). The dashboard (`pgq.web.create_app`, an ASGI app) runs on an event loop
 thread of its own in the Django process, and each request is handed to it whole; its pages and
 links follow the mount path. Its forms carry their own CSRF tokens (Django's CSRF middleware leaves
 these URLs alone), and a form's Origin must be the site as Django sees it (`request.scheme` and
@@ -21,29 +25,67 @@ import asyncio
 import threading
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 from django.contrib.admin.views.decorators import staff_member_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.urls import URLPattern, re_path
 from django.views.decorators.csrf import csrf_exempt
 from starlette.types import ASGIApp, Message, Scope
 
 from ...web import create_app
+from ...web.dashboard import ACCESS_SCOPE_KEY, Access
 from ._common import pgq_backend_of
 
-__all__ = ["REQUEST_TIMEOUT_S", "urls"]
+__all__ = ["REQUEST_TIMEOUT_S", "Rule", "can_act", "can_view", "urls"]
+
+Rule = str | Callable[[HttpRequest], bool]
+"""Who may do something: a permission ("app_label.codename", checked with `user.has_perm`, which
+superusers always pass) or a callable given the request that answers True or False."""
+
+# What a query string may hold as it is; anything else (a raw "€", a space) is percent-encoded as
+# UTF-8 before the dashboard parses it.
+_QUERY_SAFE = "".join(chr(c) for c in range(0x21, 0x7F))
+
+
+def can_view(request: HttpRequest) -> bool:
+    """The default `view_permission`: an active staff user (whom staff_member_required let in)."""
+    return bool(request.user.is_active and request.user.is_staff)
+
+
+def can_act(request: HttpRequest) -> bool:
+    """The default `action_permission`: an active superuser."""
+    return bool(request.user.is_active and request.user.is_superuser)
+
+
+def _passes(request: HttpRequest, rule: Rule) -> bool:
+    if isinstance(rule, str):
+        return bool(request.user.is_active and request.user.has_perm(rule))
+    return bool(rule(request))
 
 REQUEST_TIMEOUT_S = 60.0
 """The longest a dashboard request may take before the Django view gives up (504)."""
 
 
-def urls(backend: str = "default", **options: Any) -> list[URLPattern]:
+def urls(backend: str = "default", *, view_permission: Rule = can_view, action_permission: Rule = can_act,
+         **options: Any) -> list[URLPattern]:
     """URL patterns serving the dashboard, to `include` under a prefix of your choice (see the module
     docstring). `backend`: the alias in settings.TASKS whose database the dashboard shows (its DSN);
-    `options`: keywords of `pgq.web.create_app` (`read_only`, `title`, `refresh_s`, `app`, ...).
-    Nothing connects until the first request."""
+    `view_permission`: who of the staff may see it (others get 403; default: any active staff
+    user); `action_permission`: who may also act (default: active superusers), both a `Rule`;
+    `options`: keywords of `pgq.web.create_app` (`read_only`: nobody acts; `title`, `refresh_s`,
+    `app`, `csrf_secret`, ...). Nothing connects until the first request."""
     bridge = _Bridge(lambda: create_app(pgq_backend_of(backend).dsn, trust_network=True, **options))
-    view: Callable[..., HttpResponse] = csrf_exempt(staff_member_required(bridge.view))
+
+    def serve(request: HttpRequest, path: str) -> HttpResponse:
+        if not _passes(request, view_permission):
+            return HttpResponseForbidden("you may not see the pgq dashboard", content_type="text/plain")
+        access = Access(read_only=not _passes(request, action_permission),
+                        actor=f"django:{request.user.get_username()}",
+                        refusal="your Django user may not change jobs or queues here")
+        return bridge.view(request, path, access)
+
+    view: Callable[..., HttpResponse] = csrf_exempt(staff_member_required(serve))
     return [re_path(r"^(?P<path>.*)$", view, name="pgq-dashboard")]
 
 
@@ -66,8 +108,9 @@ class _Bridge:
                 self._loop = loop
             return self._loop, self._app
 
-    def view(self, request: HttpRequest, path: str) -> HttpResponse:
-        """Serve `request` (whose path ends in `path`, the part below the mount point)."""
+    def view(self, request: HttpRequest, path: str, access: Access) -> HttpResponse:
+        """Serve `request` (whose path ends in `path`, the part below the mount point) with what
+        `access` allows."""
         loop, app = self._started()
         full = request.path
         root = full[: len(full) - len(path)].rstrip("/")
@@ -78,12 +121,13 @@ class _Bridge:
         scope: Scope = {
             "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": request.method,
             "scheme": request.scheme, "path": full, "raw_path": full.encode(), "root_path": root,
-            "query_string": request.META.get("QUERY_STRING", "").encode("latin-1"),
+            "query_string": quote(request.META.get("QUERY_STRING", ""), safe=_QUERY_SAFE).encode("ascii"),
             "headers": [(b"host", host.encode("latin-1")),
                         *((name.lower().encode("latin-1"), value.encode("latin-1"))
                           for name, value in request.headers.items() if name.lower() != "host")],
             "client": (request.META.get("REMOTE_ADDR", ""), 0),
             "server": (host.rsplit(":", 1)[0], int(request.get_port())),
+            ACCESS_SCOPE_KEY: access,
         }
         future = asyncio.run_coroutine_threadsafe(_call(app, scope, request.body), loop)
         try:
