@@ -1,0 +1,27 @@
+"""Nothing squattable: maintenance leaders and unique enqueues hold row locks of pgq's own tables,
+and the claim reserves under keys derived from a per-database secret.
+
+Revision ID: 0021
+Revises: 0018
+Create Date: 2026-11-28
+"""
+
+from __future__ import annotations
+
+from pgq.migrate import execute_schema_file
+
+revision: str = "0021"
+down_revision: str | None = "0018"
+branch_labels: str | None = None
+depends_on: str | None = None
+
+
+def upgrade() -> None:
+    """Add pgq.leaders, pgq.lead, pgq.claim_secret, pgq.claim_key and pgq.unique_locks, and redefine
+    the claim, the settle and pgq.enqueue_unique on them (sql/schema/0021_trust_boundaries.up.sql)."""
+    execute_schema_file("0021_trust_boundaries.up.sql")
+
+
+def downgrade() -> None:
+    """Restore the advisory locks of revision 0018 (sql/schema/0021_trust_boundaries.down.sql)."""
+    execute_schema_file("0021_trust_boundaries.down.sql")
