@@ -1,5 +1,7 @@
-"""Nothing squattable: maintenance leaders and unique enqueues hold row locks of pgq's own tables,
-and the claim reserves under keys derived from a per-database secret.
+"""Trust boundaries between services: scoped role sets boxed in their queues (pgq.role_scopes, row
+security on pgq.jobs, checks in the enqueue, claim and rescue functions), and nothing squattable
+(maintenance leaders and unique enqueues hold row locks of pgq's own tables, the claim reserves
+under keys derived from a per-database secret).
 
 Revision ID: 0021
 Revises: 0018
@@ -17,11 +19,12 @@ depends_on: str | None = None
 
 
 def upgrade() -> None:
-    """Add pgq.leaders, pgq.lead, pgq.claim_secret, pgq.claim_key and pgq.unique_locks, and redefine
-    the claim, the settle and pgq.enqueue_unique on them (sql/schema/0021_trust_boundaries.up.sql)."""
+    """Add the scoped role sets' table, functions and row security, pgq.leaders, pgq.lead,
+    pgq.claim_secret, pgq.claim_key and pgq.unique_locks, and redefine the claim, the settle, the
+    rescue and the enqueue functions on them (sql/schema/0021_trust_boundaries.up.sql)."""
     execute_schema_file("0021_trust_boundaries.up.sql")
 
 
 def downgrade() -> None:
-    """Restore the advisory locks of revision 0018 (sql/schema/0021_trust_boundaries.down.sql)."""
+    """Restore revision 0018's functions and drop what 0021 added (sql/schema/0021_trust_boundaries.down.sql)."""
     execute_schema_file("0021_trust_boundaries.down.sql")

@@ -1,6 +1,127 @@
--- Revision 0021 down: the advisory locks of revision 0018 again. Revision 0017's pgq.claim and
--- pgq.settle, revision 0014's pgq.claim_group_heads and revision 0018's pgq.enqueue_unique, verbatim
--- (same signatures but the walk's: grants stay); pgq.lead, pgq.claim_key and the tables of 0021 go.
+-- Revision 0021 down: no scoped role sets, and the advisory locks of revision 0018 again.
+-- Revision 0012's pgq.rescue and pgq.mark_awaited, 0017's pgq.claim and pgq.settle, 0014's
+-- pgq.claim_group_heads and 0018's pgq.enqueue_unique verbatim (same signatures but the walk's:
+-- grants stay); pgq.enqueue_many and pgq.enqueue_after get their bodies back under their names,
+-- with the grants of the checking ones; row security on pgq.jobs and pgq.key_raises ends with
+-- every policy; pgq.lead,
+-- pgq.claim_key, pgq.caller_scope, pgq.check_queues and the tables of 0021 go.
+
+DO $policies$
+DECLARE
+    pol record;
+BEGIN
+    FOR pol IN SELECT p.policyname, p.tablename FROM pg_policies p
+               WHERE p.schemaname = 'pgq' AND p.tablename IN ('jobs', 'key_raises') LOOP
+        EXECUTE format('DROP POLICY %I ON pgq.%I', pol.policyname, pol.tablename);
+    END LOOP;
+END;
+$policies$;
+ALTER TABLE pgq.jobs DISABLE ROW LEVEL SECURITY;
+ALTER TABLE pgq.key_raises DISABLE ROW LEVEL SECURITY;
+
+CREATE TEMP TABLE pgq_0021_grants ON COMMIT DROP AS
+SELECT p.proname::text AS proname, a.grantee::regrole::text AS grantee
+FROM pg_proc p, aclexplode(p.proacl) a
+WHERE p.oid IN ('pgq.enqueue_many(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], text[], '
+                'bigint[], integer[], text[])'::regprocedure,
+                'pgq.enqueue_after(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], integer[], '
+                'boolean[], integer[], bigint[], text[], text[], boolean[])'::regprocedure)
+  AND a.privilege_type = 'EXECUTE' AND a.grantee <> 0 AND a.grantee <> p.proowner;
+DROP FUNCTION pgq.enqueue_many(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], text[], bigint[],
+                               integer[], text[]);
+DROP FUNCTION pgq.enqueue_after(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], integer[],
+                                boolean[], integer[], bigint[], text[], text[], boolean[]);
+ALTER FUNCTION pgq.enqueue_many_unchecked(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], text[],
+                                          bigint[], integer[], text[]) RENAME TO enqueue_many;
+ALTER FUNCTION pgq.enqueue_after_unchecked(text[], jsonb[], text[], smallint[], timestamptz[], double precision[],
+                                           integer[], boolean[], integer[], bigint[], text[], text[], boolean[])
+    RENAME TO enqueue_after;
+COMMENT ON FUNCTION pgq.enqueue_many(text[], jsonb[], text[], smallint[], timestamptz[], double precision[],
+                                     text[], bigint[], integer[], text[]) IS
+    'Enqueue a batch given as parallel arrays; returns (ord, id) per input element, in input order. '
+    'A dedupe_key already active in its queue returns the active job (a higher watermark is recorded in '
+    'pgq.key_raises: the job is not locked); a watermark already processed for the key returns the job '
+    'that processed it. group_keys: each job''s group (NULL: none).';
+COMMENT ON FUNCTION pgq.enqueue_after(text[], jsonb[], text[], smallint[], timestamptz[], double precision[],
+                                      integer[], boolean[], integer[], bigint[], text[], text[], boolean[]) IS
+    'Enqueue a batch of jobs with dependencies (edge list: edge_jobs[k], 1-based, depends on edge_parents[k]); '
+    'returns (ord, id) per job. A job waits until its parents finished; see pgq.job_dependencies. '
+    'group_keys: each job''s group (NULL: none). sequence_keys: each job''s sequence (NULL: none), run after '
+    'the key''s previous job; sequence_continue: whether a job failing for good lets its sequence move on.';
+DO $grants$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN SELECT DISTINCT o.proname, o.grantee FROM pg_temp.pgq_0021_grants o ORDER BY 1, 2 LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %s',
+                       (SELECT p.oid::regprocedure FROM pg_proc p
+                        WHERE p.pronamespace = 'pgq'::regnamespace AND p.proname = g.proname), g.grantee);
+    END LOOP;
+END;
+$grants$;
+
+CREATE OR REPLACE FUNCTION pgq.rescue(p_limit integer)
+RETURNS TABLE (id bigint, status text, queue text, kind text, woke bigint)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    ids      bigint[];
+    statuses text[];
+    names    text[];
+    kinds    text[];
+    n_woke   bigint;
+BEGIN
+    WITH expired AS (
+        SELECT j.id
+        FROM pgq.jobs j
+        WHERE j.status = 'running' AND j.lease_expires_at < now()
+        ORDER BY j.lease_expires_at
+        LIMIT p_limit
+        FOR NO KEY UPDATE SKIP LOCKED
+    ),
+    rescued AS (
+        UPDATE pgq.jobs j
+        SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END::pgq.job_status,
+            run_at = now(),
+            last_error = 'lease expired at ' || j.lease_expires_at::text
+                         || ' (attempt ' || j.attempts::text || ', worker ' || coalesce(j.claimed_by, '?') || ')',
+            lease_token = NULL,
+            lease_expires_at = NULL,
+            finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END
+        FROM expired e
+        WHERE j.id = e.id
+        RETURNING j.id, j.status, j.queue, j.kind
+    ),
+    wake AS (
+        SELECT count(pg_notify('pgq', CASE WHEN octet_length(q.queue) <= 1000 THEN q.queue ELSE '*' END)) AS n
+        FROM (SELECT DISTINCT r.queue FROM rescued r WHERE r.status = 'queued') q
+    )
+    SELECT array_agg(r.id ORDER BY r.id), array_agg(r.status::text ORDER BY r.id),
+           array_agg(r.queue ORDER BY r.id), array_agg(r.kind ORDER BY r.id), (SELECT w.n FROM wake w)
+    INTO ids, statuses, names, kinds, n_woke
+    FROM rescued r;
+    RETURN QUERY SELECT r.id, r.status, r.queue, r.kind, n_woke
+                 FROM unnest(ids, statuses, names, kinds) AS r(id, status, queue, kind);
+    PERFORM pgq.after_finish(ids);
+    PERFORM pgq.settle(1000);
+END;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgq.mark_awaited(job_id bigint) RETURNS SETOF pgq.jobs
+LANGUAGE sql
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+    WITH marked AS (
+        INSERT INTO pgq.awaited_jobs (job_id)
+        SELECT j.id FROM pgq.jobs j
+        WHERE j.id = mark_awaited.job_id AND j.status::text IN ('waiting', 'queued', 'running')
+        ON CONFLICT DO NOTHING
+        RETURNING awaited_jobs.job_id
+    )
+    SELECT j.* FROM pgq.jobs j JOIN marked m ON m.job_id = j.id;
+$fn$;
 
 DROP FUNCTION pgq.claim_group_heads(text[], text, text, smallint, integer, bigint[], text);
 CREATE FUNCTION pgq.claim_group_heads(wanted text[], kind_name text, key text, prio smallint, n integer,
@@ -839,3 +960,6 @@ DROP FUNCTION pgq.claim_key(text, bigint, integer, timestamptz);
 DROP TABLE pgq.leaders;
 DROP TABLE pgq.claim_secret;
 DROP TABLE pgq.unique_locks;
+DROP FUNCTION pgq.check_queues(text[], bigint[]);
+DROP FUNCTION pgq.caller_scope();
+DROP TABLE pgq.role_scopes;

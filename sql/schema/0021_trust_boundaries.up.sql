@@ -1,4 +1,6 @@
--- pgq schema, revision 0021: nothing squattable (issue 40, finding 4, and finding 8's unique slots).
+-- pgq schema, revision 0021: trust boundaries between services (issue 40): services boxed in their
+-- queues (finding 3, the first part below), and nothing squattable (finding 4, and finding 8's
+-- unique slots).
 --
 -- Up to revision 0018 every lock pgq's liveness depended on was an advisory lock with a fixed key:
 -- the leaders of rescue, periodic enqueue and retention, the settle, 256 slots of
@@ -27,28 +29,313 @@
 --     a row reserved from an older snapshot. 64-bit keys also end the sharing of keys by ids
 --     2^31 apart, and an application's two-int advisory locks are a different key space.
 --
--- Nothing else changes: same signatures for pgq.claim, pgq.settle and pgq.enqueue_unique (their
--- grants stay); pgq.claim_group_heads gains the salt argument (internal, granted to no role).
+-- Same signatures for pgq.claim, pgq.settle, pgq.enqueue_unique, pgq.rescue and pgq.mark_awaited
+-- (their grants stay); pgq.claim_group_heads gains the salt argument (internal, granted to no role).
+
+-- Services boxed in their queues (issue 40, finding 3). A scoped role set (`pgq roles --prefix P
+-- --queues q1,q2`) is a row of pgq.role_scopes: its producer role (which its worker role is a member
+-- of) and its queues. A session is scoped when its login (session_user: SET ROLE does not change it,
+-- and inside pgq's SECURITY DEFINER functions current_user is pgq's owner) is a member of a scoped
+-- producer role and not of pgq's owner; several sets: the queues they all have. Its producer
+-- enqueues (replaces, debounces, sequences, depends) in those queues only, reads only their jobs
+-- (row security on pgq.jobs: a restrictive policy per set, which the roles script creates), and its
+-- worker claims and rescues only there. With no scoped set, each check is one probe of an empty
+-- table.
+CREATE TABLE pgq.role_scopes (
+    prefix   text PRIMARY KEY,
+    producer text NOT NULL UNIQUE,
+    worker   text NOT NULL UNIQUE,
+    queues   text[] NOT NULL CHECK (cardinality(queues) > 0 AND array_position(queues, NULL) IS NULL)
+);
+COMMENT ON TABLE pgq.role_scopes IS
+    'The scoped role sets (revision 0021): the sessions of members of `producer` (its worker role is one) enqueue, '
+    'read, claim and rescue in `queues` only. Written by the roles script (`pgq roles --queues`).';
+COMMENT ON COLUMN pgq.role_scopes.prefix IS 'The set''s prefix: its roles are <prefix>producer and <prefix>worker.';
+COMMENT ON COLUMN pgq.role_scopes.producer IS 'Name of the set''s producer role.';
+COMMENT ON COLUMN pgq.role_scopes.worker IS 'Name of the set''s worker role.';
+COMMENT ON COLUMN pgq.role_scopes.queues IS 'The queues the set may use.';
+
+CREATE FUNCTION pgq.caller_scope(OUT prefix text, OUT queues text[])
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    -- pgq's owner (the admin role) and its members, superusers included, are never scoped.
+    IF pg_has_role(session_user, (SELECT n.nspowner FROM pg_namespace n WHERE n.nspname = 'pgq'), 'MEMBER') THEN
+        RETURN;
+    END IF;
+    WITH mine AS (
+        SELECT s.prefix, s.queues
+        FROM pgq.role_scopes s JOIN pg_roles r ON r.rolname = s.producer
+        WHERE pg_has_role(session_user, r.oid, 'MEMBER')
+    )
+    SELECT (SELECT min(m.prefix) FROM mine m),
+           CASE WHEN EXISTS (SELECT 1 FROM mine) THEN
+               ARRAY(SELECT DISTINCT q.name FROM mine m, unnest(m.queues) AS q(name)
+                     WHERE NOT EXISTS (SELECT 1 FROM mine o WHERE q.name <> ALL(o.queues))
+                     ORDER BY q.name)
+           END
+    INTO prefix, queues;
+END;
+$fn$;
+COMMENT ON FUNCTION pgq.caller_scope() IS
+    'The scoped role set of this session''s login (session_user): its prefix and queues (the queues common to '
+    'all its sets); NULLs when it is in none, or a member of pgq''s owner (revision 0021).';
+REVOKE EXECUTE ON FUNCTION pgq.caller_scope() FROM PUBLIC;
+
+CREATE FUNCTION pgq.check_queues(queues text[], parents bigint[] DEFAULT NULL) RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    allowed text[];
+    bad     text;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgq.role_scopes) THEN
+        RETURN;
+    END IF;
+    SELECT c.queues INTO allowed FROM pgq.caller_scope() c;
+    IF allowed IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT coalesce(q.name, 'default') INTO bad FROM unnest(queues) AS q(name)
+    WHERE coalesce(q.name, 'default') <> ALL(allowed) LIMIT 1;
+    IF bad IS NULL AND cardinality(parents) > 0 THEN
+        SELECT 'of job ' || j.id INTO bad FROM pgq.jobs j WHERE j.id = ANY(parents) AND j.queue <> ALL(allowed) LIMIT 1;
+    END IF;
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'pgq: % may use only the queues % of its role set, not queue %', session_user,
+                        array_to_string(allowed, ', '), bad
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+END;
+$fn$;
+COMMENT ON FUNCTION pgq.check_queues(text[], bigint[]) IS
+    'Raise insufficient_privilege unless this session may enqueue into every queue of `queues` (NULL: default) '
+    'and depend on every job of `parents` (pgq.caller_scope; revision 0021). Internal: granted to no role.';
+REVOKE EXECUTE ON FUNCTION pgq.check_queues(text[], bigint[]) FROM PUBLIC;
+
+-- Reads: row security on pgq.jobs (and pgq.key_raises). Every role keeps every row it may read or insert (the policy
+-- below, for everyone); a scoped set's restrictive policy (`pgq roles --queues`) narrows its members
+-- to its queues. pgq's owner and superusers bypass row security, and so does every SECURITY DEFINER
+-- function of pgq (they run as the owner, and check the scope themselves). The views run with their
+-- owner's rights too: a scoped set is granted none of them.
+ALTER TABLE pgq.jobs ENABLE ROW LEVEL SECURITY;
+CREATE POLICY jobs_every_row ON pgq.jobs USING (true) WITH CHECK (true);
+-- Likewise the pending raises a job's read shows (Queue.get): their keys are the queue's.
+ALTER TABLE pgq.key_raises ENABLE ROW LEVEL SECURITY;
+CREATE POLICY key_raises_every_row ON pgq.key_raises USING (true) WITH CHECK (true);
+
+-- The producers' SECURITY DEFINER entry points check the queues first: the former functions keep
+-- their bodies under new names (granted to no role), behind these of the same signatures.
+CREATE TEMP TABLE pgq_0021_grants ON COMMIT DROP AS
+SELECT p.proname::text AS proname, a.grantee::regrole::text AS grantee
+FROM pg_proc p, aclexplode(p.proacl) a
+WHERE p.oid IN ('pgq.enqueue_many(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], text[], '
+                'bigint[], integer[], text[])'::regprocedure,
+                'pgq.enqueue_after(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], integer[], '
+                'boolean[], integer[], bigint[], text[], text[], boolean[])'::regprocedure)
+  AND a.privilege_type = 'EXECUTE' AND a.grantee <> 0 AND a.grantee <> p.proowner;
+ALTER FUNCTION pgq.enqueue_many(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], text[], bigint[],
+                                integer[], text[]) RENAME TO enqueue_many_unchecked;
+ALTER FUNCTION pgq.enqueue_after(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], integer[],
+                                 boolean[], integer[], bigint[], text[], text[], boolean[]) RENAME TO enqueue_after_unchecked;
+DO $revoke$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN SELECT DISTINCT o.proname, o.grantee FROM pg_temp.pgq_0021_grants o ORDER BY 1, 2 LOOP
+        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM %s',
+                       (SELECT p.oid::regprocedure FROM pg_proc p
+                        WHERE p.pronamespace = 'pgq'::regnamespace AND p.proname = g.proname || '_unchecked'), g.grantee);
+    END LOOP;
+END;
+$revoke$;
+COMMENT ON FUNCTION pgq.enqueue_many_unchecked(text[], jsonb[], text[], smallint[], timestamptz[], double precision[],
+                                               text[], bigint[], integer[], text[]) IS
+    'Revision 0016''s pgq.enqueue_many, which checks no scope: called only by pgq.enqueue_many (revision 0021). '
+    'Internal: granted to no role.';
+COMMENT ON FUNCTION pgq.enqueue_after_unchecked(text[], jsonb[], text[], smallint[], timestamptz[], double precision[],
+                                                integer[], boolean[], integer[], bigint[], text[], text[], boolean[]) IS
+    'Revision 0017''s pgq.enqueue_after, which checks no scope: called only by pgq.enqueue_after (revision 0021). '
+    'Internal: granted to no role.';
+
+CREATE FUNCTION pgq.enqueue_many(
+    kinds         text[],
+    payloads      jsonb[],
+    queues        text[],
+    priorities    smallint[],
+    run_ats       timestamptz[],
+    delays        double precision[],
+    dedupe_keys   text[],
+    watermarks    bigint[],
+    max_attempts  integer[],
+    group_keys    text[] DEFAULT NULL
+) RETURNS TABLE (ord bigint, id bigint)
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgq.check_queues(queues);
+    RETURN QUERY SELECT e.ord, e.id
+                 FROM pgq.enqueue_many_unchecked(kinds, payloads, queues, priorities, run_ats, delays, dedupe_keys,
+                                                 watermarks, max_attempts, group_keys) e;
+END;
+$fn$;
+COMMENT ON FUNCTION pgq.enqueue_many(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], text[],
+                                     bigint[], integer[], text[]) IS
+    'Enqueue a batch (arrays of one element per job; dedupe keys answered with the key''s active job, watermarks '
+    'raised): pgq.enqueue_many_unchecked, in the queues this session may use (pgq.check_queues). Returns (ord, id) '
+    'per input row.';
+REVOKE EXECUTE ON FUNCTION pgq.enqueue_many(text[], jsonb[], text[], smallint[], timestamptz[], double precision[],
+                                            text[], bigint[], integer[], text[]) FROM PUBLIC;
+
+CREATE FUNCTION pgq.enqueue_after(
+    kinds             text[],
+    payloads          jsonb[],
+    queues            text[],
+    priorities        smallint[],
+    run_ats           timestamptz[],
+    delays            double precision[],
+    max_attempts      integer[],
+    run_on_failure    boolean[],
+    edge_jobs         integer[],
+    edge_parents      bigint[],
+    group_keys        text[] DEFAULT NULL,
+    sequence_keys     text[] DEFAULT NULL,
+    sequence_continue boolean[] DEFAULT NULL
+) RETURNS TABLE (ord bigint, id bigint)
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM pgq.check_queues(queues, edge_parents);
+    RETURN QUERY SELECT e.ord, e.id
+                 FROM pgq.enqueue_after_unchecked(kinds, payloads, queues, priorities, run_ats, delays, max_attempts,
+                                                  run_on_failure, edge_jobs, edge_parents, group_keys, sequence_keys,
+                                                  sequence_continue) e;
+END;
+$fn$;
+COMMENT ON FUNCTION pgq.enqueue_after(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], integer[],
+                                      boolean[], integer[], bigint[], text[], text[], boolean[]) IS
+    'Enqueue jobs with dependencies or sequence keys: pgq.enqueue_after_unchecked, in the queues this session may '
+    'use and on parents of those queues (pgq.check_queues). Returns (ord, id) per input row.';
+REVOKE EXECUTE ON FUNCTION pgq.enqueue_after(text[], jsonb[], text[], smallint[], timestamptz[], double precision[],
+                                             integer[], boolean[], integer[], bigint[], text[], text[], boolean[])
+    FROM PUBLIC;
+DO $grants$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN SELECT DISTINCT o.proname, o.grantee FROM pg_temp.pgq_0021_grants o ORDER BY 1, 2 LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %s',
+                       (SELECT p.oid::regprocedure FROM pg_proc p
+                        WHERE p.pronamespace = 'pgq'::regnamespace AND p.proname = g.proname), g.grantee);
+    END LOOP;
+END;
+$grants$;
+
+-- Revision 0012's mark_awaited, for jobs of the session's queues only (it returns the job's row).
+CREATE OR REPLACE FUNCTION pgq.mark_awaited(job_id bigint) RETURNS SETOF pgq.jobs
+LANGUAGE sql
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+    WITH scope AS (
+        SELECT c.queues FROM pgq.caller_scope() c WHERE EXISTS (SELECT 1 FROM pgq.role_scopes)
+    ),
+    marked AS (
+        INSERT INTO pgq.awaited_jobs (job_id)
+        SELECT j.id FROM pgq.jobs j
+        WHERE j.id = mark_awaited.job_id AND j.status::text IN ('waiting', 'queued', 'running')
+          AND NOT EXISTS (SELECT 1 FROM scope s WHERE s.queues IS NOT NULL AND j.queue <> ALL(s.queues))
+        ON CONFLICT DO NOTHING
+        RETURNING awaited_jobs.job_id
+    )
+    SELECT j.* FROM pgq.jobs j JOIN marked m ON m.job_id = j.id;
+$fn$;
+
+-- Revision 0012's rescue, of the expired leases of the session's queues only.
+CREATE OR REPLACE FUNCTION pgq.rescue(p_limit integer)
+RETURNS TABLE (id bigint, status text, queue text, kind text, woke bigint)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    ids      bigint[];
+    statuses text[];
+    names    text[];
+    kinds    text[];
+    n_woke   bigint;
+    scope    text[];
+BEGIN
+    IF EXISTS (SELECT 1 FROM pgq.role_scopes) THEN
+        SELECT c.queues INTO scope FROM pgq.caller_scope() c;
+    END IF;
+    WITH expired AS (
+        SELECT j.id
+        FROM pgq.jobs j
+        WHERE j.status = 'running' AND j.lease_expires_at < now() AND (scope IS NULL OR j.queue = ANY(scope))
+        ORDER BY j.lease_expires_at
+        LIMIT p_limit
+        FOR NO KEY UPDATE SKIP LOCKED
+    ),
+    rescued AS (
+        UPDATE pgq.jobs j
+        SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END::pgq.job_status,
+            run_at = now(),
+            last_error = 'lease expired at ' || j.lease_expires_at::text
+                         || ' (attempt ' || j.attempts::text || ', worker ' || coalesce(j.claimed_by, '?') || ')',
+            lease_token = NULL,
+            lease_expires_at = NULL,
+            finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END
+        FROM expired e
+        WHERE j.id = e.id
+        RETURNING j.id, j.status, j.queue, j.kind
+    ),
+    wake AS (
+        SELECT count(pg_notify('pgq', CASE WHEN octet_length(q.queue) <= 1000 THEN q.queue ELSE '*' END)) AS n
+        FROM (SELECT DISTINCT r.queue FROM rescued r WHERE r.status = 'queued') q
+    )
+    SELECT array_agg(r.id ORDER BY r.id), array_agg(r.status::text ORDER BY r.id),
+           array_agg(r.queue ORDER BY r.id), array_agg(r.kind ORDER BY r.id), (SELECT w.n FROM wake w)
+    INTO ids, statuses, names, kinds, n_woke
+    FROM rescued r;
+    RETURN QUERY SELECT r.id, r.status, r.queue, r.kind, n_woke
+                 FROM unnest(ids, statuses, names, kinds) AS r(id, status, queue, kind);
+    PERFORM pgq.after_finish(ids);
+    PERFORM pgq.settle(1000);
+END;
+$fn$;
 
 CREATE TABLE pgq.leaders (
-    step text PRIMARY KEY CHECK (step IN ('rescue', 'periodic', 'retention', 'settle'))
+    step text PRIMARY KEY CHECK (step ~ '^(rescue|periodic|retention|settle)(:.+)?$')
 );
 COMMENT ON TABLE pgq.leaders IS
     'One row per maintenance step (revision 0021): a run of the step holds its row lock (pgq.lead, '
     'pgq.settle), so that one worker at a time runs it. Rows are never changed.';
-COMMENT ON COLUMN pgq.leaders.step IS 'The step: rescue, periodic, retention or settle.';
+COMMENT ON COLUMN pgq.leaders.step IS
+    'The step: rescue, periodic, retention or settle; ''<step>:<prefix>'' for the workers of a scoped role set '
+    '(pgq.role_scopes), which rescue and enqueue ticks in their queues only.';
 INSERT INTO pgq.leaders (step) VALUES ('rescue'), ('periodic'), ('retention'), ('settle');
 
 CREATE FUNCTION pgq.lead(step text) RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    scope text;
 BEGIN
     IF step IS NULL OR step NOT IN ('rescue', 'periodic', 'retention') THEN
         RAISE EXCEPTION 'pgq.lead: step must be rescue, periodic or retention, got %', coalesce(step, 'NULL')
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    PERFORM 1 FROM pgq.leaders l WHERE l.step = lead.step FOR UPDATE SKIP LOCKED;
+    -- The workers of a scoped role set rescue and enqueue ticks in their queues only: they elect
+    -- their own leaders (rows '<step>:<prefix>', which the roles script adds).
+    IF EXISTS (SELECT 1 FROM pgq.role_scopes) THEN
+        SELECT c.prefix INTO scope FROM pgq.caller_scope() c;
+    END IF;
+    PERFORM 1 FROM pgq.leaders l WHERE l.step = lead.step || coalesce(':' || scope, '') FOR UPDATE SKIP LOCKED;
     RETURN FOUND;
 END;
 $fn$;
@@ -224,6 +511,7 @@ DECLARE
     b_cap       integer;            -- and busy rows it tries
     busy_age    integer;            -- age() of a snapshot's xmin (see (a))
     salt        text;               -- the reservations' key salt (pgq.claim_key)
+    scope       text[];             -- the queues of the caller's scoped role set (NULL: any)
 BEGIN
     IF lim IS NULL OR lim < 1 THEN
         RAISE EXCEPTION 'pgq.claim: lim must be >= 1, got %', coalesce(lim::text, 'NULL')
@@ -235,6 +523,14 @@ BEGIN
     END IF;
     IF worker IS NULL OR worker = '' THEN
         RAISE EXCEPTION 'pgq.claim: worker must be a non-empty text' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- A worker of a scoped role set claims from its queues only (revision 0021): the queues asked
+    -- for among them, all of them when none were. One probe of an empty table for everyone else.
+    IF EXISTS (SELECT 1 FROM pgq.role_scopes) THEN
+        SELECT c.queues INTO scope FROM pgq.caller_scope() c;
+        IF scope IS NOT NULL THEN
+            queues := ARRAY(SELECT g.name FROM unnest(coalesce(queues, scope)) AS g(name) WHERE g.name = ANY(scope));
+        END IF;
     END IF;
 
     -- The queues: the given ones, or every queue with queued jobs (a loose index scan of
@@ -850,6 +1146,8 @@ BEGIN
                         'or debounce (> 0, without run_at or delay); unique_for not with replace or debounce'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- A producer of a scoped role set enqueues (replaces, debounces) in its queues only.
+    PERFORM pgq.check_queues(queues);
     -- Each key's producers one at a time: the row lock of the key's row of pgq.unique_locks (created
     -- if new), taken by the upsert's no-op update in (queue, key) order (no deadlock between batches)
     -- and held to the producer's commit (revision 0021). Per key: producers of other keys never wait
