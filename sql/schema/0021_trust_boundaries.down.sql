@@ -1,10 +1,9 @@
 -- Revision 0021 down: no scoped role sets, and the advisory locks of revision 0018 again.
--- Revision 0012's pgq.rescue and pgq.mark_awaited, 0017's pgq.claim and pgq.settle, 0014's
--- pgq.claim_group_heads and 0018's pgq.enqueue_unique verbatim (same signatures but the walk's:
--- grants stay); pgq.enqueue_many and pgq.enqueue_after get their bodies back under their names,
--- with the grants of the checking ones; row security on pgq.jobs and pgq.key_raises ends with
--- every policy; pgq.lead,
--- pgq.claim_key, pgq.caller_scope, pgq.check_queues and the tables of 0021 go.
+-- Revision 0012's pgq.rescue and pgq.mark_awaited, 0016's pgq.enqueue_many, 0017's
+-- pgq.enqueue_after, pgq.claim and pgq.settle, 0014's pgq.claim_group_heads and 0018's
+-- pgq.enqueue_unique verbatim (same signatures but the walk's: grants stay); row security on
+-- pgq.jobs and pgq.key_raises ends with every policy; pgq.lead, pgq.claim_key, pgq.caller_scope,
+-- pgq.check_queues and the tables of 0021 go.
 
 DO $policies$
 DECLARE
@@ -19,46 +18,426 @@ $policies$;
 ALTER TABLE pgq.jobs DISABLE ROW LEVEL SECURITY;
 ALTER TABLE pgq.key_raises DISABLE ROW LEVEL SECURITY;
 
-CREATE TEMP TABLE pgq_0021_grants ON COMMIT DROP AS
-SELECT p.proname::text AS proname, a.grantee::regrole::text AS grantee
-FROM pg_proc p, aclexplode(p.proacl) a
-WHERE p.oid IN ('pgq.enqueue_many(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], text[], '
-                'bigint[], integer[], text[])'::regprocedure,
-                'pgq.enqueue_after(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], integer[], '
-                'boolean[], integer[], bigint[], text[], text[], boolean[])'::regprocedure)
-  AND a.privilege_type = 'EXECUTE' AND a.grantee <> 0 AND a.grantee <> p.proowner;
-DROP FUNCTION pgq.enqueue_many(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], text[], bigint[],
-                               integer[], text[]);
-DROP FUNCTION pgq.enqueue_after(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], integer[],
-                                boolean[], integer[], bigint[], text[], text[], boolean[]);
-ALTER FUNCTION pgq.enqueue_many_unchecked(text[], jsonb[], text[], smallint[], timestamptz[], double precision[], text[],
-                                          bigint[], integer[], text[]) RENAME TO enqueue_many;
-ALTER FUNCTION pgq.enqueue_after_unchecked(text[], jsonb[], text[], smallint[], timestamptz[], double precision[],
-                                           integer[], boolean[], integer[], bigint[], text[], text[], boolean[])
-    RENAME TO enqueue_after;
-COMMENT ON FUNCTION pgq.enqueue_many(text[], jsonb[], text[], smallint[], timestamptz[], double precision[],
-                                     text[], bigint[], integer[], text[]) IS
-    'Enqueue a batch given as parallel arrays; returns (ord, id) per input element, in input order. '
-    'A dedupe_key already active in its queue returns the active job (a higher watermark is recorded in '
-    'pgq.key_raises: the job is not locked); a watermark already processed for the key returns the job '
-    'that processed it. group_keys: each job''s group (NULL: none).';
-COMMENT ON FUNCTION pgq.enqueue_after(text[], jsonb[], text[], smallint[], timestamptz[], double precision[],
-                                      integer[], boolean[], integer[], bigint[], text[], text[], boolean[]) IS
-    'Enqueue a batch of jobs with dependencies (edge list: edge_jobs[k], 1-based, depends on edge_parents[k]); '
-    'returns (ord, id) per job. A job waits until its parents finished; see pgq.job_dependencies. '
-    'group_keys: each job''s group (NULL: none). sequence_keys: each job''s sequence (NULL: none), run after '
-    'the key''s previous job; sequence_continue: whether a job failing for good lets its sequence move on.';
-DO $grants$
+CREATE OR REPLACE FUNCTION pgq.enqueue_many(
+    kinds         text[],
+    payloads      jsonb[],
+    queues        text[],
+    priorities    smallint[],
+    run_ats       timestamptz[],
+    delays        double precision[],
+    dedupe_keys   text[],
+    watermarks    bigint[],
+    max_attempts  integer[],
+    group_keys    text[] DEFAULT NULL
+) RETURNS TABLE (ord bigint, id bigint)
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
 DECLARE
-    g record;
+    ids     bigint[];  -- one id reserved per input row
+    pend_q  text[];    -- the keys (queue, dedupe_key) not answered yet
+    pend_k  text[];
+    ans_q   text[] := '{}';  -- the answered keys and their jobs
+    ans_k   text[] := '{}';
+    ans_id  bigint[] := '{}';
+    got_q   text[];
+    got_k   text[];
+    got_id  bigint[];
+    got_wm  bigint[];
+    tries   integer := 0;
 BEGIN
-    FOR g IN SELECT DISTINCT o.proname, o.grantee FROM pg_temp.pgq_0021_grants o ORDER BY 1, 2 LOOP
-        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %s',
-                       (SELECT p.oid::regprocedure FROM pg_proc p
-                        WHERE p.pronamespace = 'pgq'::regnamespace AND p.proname = g.proname), g.grantee);
-    END LOOP;
+    IF cardinality(array_remove(dedupe_keys, NULL)) = 0 THEN
+        -- No job carries a dedupe key: a plain insert. Ids come from the sequence in input order
+        -- (ORDER BY ord), so sorting the returned ids restores the caller's order.
+        RETURN QUERY
+        WITH ins AS (
+            INSERT INTO pgq.jobs (kind, payload, queue, priority, run_at, max_attempts, input_watermark, limited,
+                                  group_key)
+            SELECT i.kind, coalesce(i.payload, '{}'), coalesce(i.queue, 'default'), coalesce(i.priority, 0),
+                   coalesce(i.run_at, statement_timestamp() + make_interval(secs => i.delay), statement_timestamp()),
+                   coalesce(i.max_attempts, 25), i.watermark,
+                   i.group_key IS NOT NULL
+                   OR i.kind IN (SELECT l.kind FROM pgq.concurrency_limits l UNION ALL SELECT r.kind FROM pgq.rate_limits r),
+                   i.group_key
+            FROM unnest(kinds, payloads, queues, priorities, run_ats, delays, watermarks, max_attempts, group_keys)
+                 WITH ORDINALITY AS i(kind, payload, queue, priority, run_at, delay, watermark, max_attempts,
+                                      group_key, ord)
+            ORDER BY i.ord
+            RETURNING pgq.jobs.id
+        )
+        SELECT row_number() OVER (ORDER BY ins.id), ins.id FROM ins;
+    ELSE
+        -- Every input row reserves an id up front, so a row keeps a stable id whatever the dedupe
+        -- below decides (a reserved id that is not used leaves a gap, as rollbacks do).
+        ids := ARRAY(SELECT nextval(pg_get_serial_sequence('pgq.jobs', 'id'))
+                     FROM unnest(kinds, payloads, queues, priorities, run_ats, delays, dedupe_keys, watermarks,
+                                 max_attempts, group_keys) AS i);
+        SELECT coalesce(array_agg(k.queue ORDER BY k.queue, k.dedupe_key), '{}'),
+               coalesce(array_agg(k.dedupe_key ORDER BY k.queue, k.dedupe_key), '{}')
+        INTO pend_q, pend_k
+        FROM (SELECT DISTINCT coalesce(i.queue, 'default') AS queue, i.dedupe_key
+              FROM unnest(queues, dedupe_keys) AS i(queue, dedupe_key)
+              WHERE i.dedupe_key IS NOT NULL) k;
+        LOOP
+            tries := tries + 1;
+            -- (a) Insert the pending keys whose watermark no run covered yet (and, the first time,
+            -- the jobs without a key). A key whose active job exists conflicts and is left alone:
+            -- DO NOTHING locks no row (it only waits for a transaction changing that key's index
+            -- entry right now: an acknowledgement, or another enqueue of the key).
+            WITH input AS (
+                SELECT i.ord, i.id, i.kind, coalesce(i.payload, '{}') AS payload,
+                       coalesce(i.queue, 'default') AS queue, coalesce(i.priority, 0)::smallint AS priority,
+                       coalesce(i.run_at, statement_timestamp() + make_interval(secs => i.delay),
+                                statement_timestamp()) AS run_at,
+                       i.dedupe_key, i.watermark, coalesce(i.max_attempts, 25) AS max_attempts, i.group_key
+                FROM unnest(kinds, payloads, queues, priorities, run_ats, delays, dedupe_keys, watermarks,
+                            max_attempts, group_keys, ids)
+                     WITH ORDINALITY AS i(kind, payload, queue, priority, run_at, delay, dedupe_key, watermark,
+                                          max_attempts, group_key, id, ord)
+            ),
+            keyed AS (
+                -- One representative per pending (queue, key) in this call, carrying the highest
+                -- watermark given for the key.
+                SELECT DISTINCT ON (k.queue, k.dedupe_key) k.ord, k.id, k.kind, k.payload, k.queue, k.priority,
+                       k.run_at, k.dedupe_key,
+                       max(k.watermark) OVER (PARTITION BY k.queue, k.dedupe_key) AS watermark, k.max_attempts,
+                       k.group_key
+                FROM input k
+                JOIN unnest(pend_q, pend_k) AS p(queue, dedupe_key) ON p.queue = k.queue AND p.dedupe_key = k.dedupe_key
+                ORDER BY k.queue, k.dedupe_key, k.ord
+            ),
+            ins AS (
+                INSERT INTO pgq.jobs AS j (id, kind, payload, queue, priority, run_at, dedupe_key,
+                                           input_watermark, max_attempts, limited, group_key)
+                SELECT n.id, n.kind, n.payload, n.queue, n.priority, n.run_at, n.dedupe_key, n.watermark,
+                       n.max_attempts,
+                       n.group_key IS NOT NULL
+                       OR n.kind IN (SELECT l.kind FROM pgq.concurrency_limits l
+                                     UNION ALL SELECT r.kind FROM pgq.rate_limits r),
+                       n.group_key
+                FROM (
+                    SELECT u.ord, u.id, u.kind, u.payload, u.queue, u.priority, u.run_at, u.dedupe_key,
+                           u.watermark, u.max_attempts, u.group_key
+                    FROM input u WHERE u.dedupe_key IS NULL AND tries = 1
+                    UNION ALL
+                    SELECT k.ord, k.id, k.kind, k.payload, k.queue, k.priority, k.run_at, k.dedupe_key,
+                           k.watermark, k.max_attempts, k.group_key
+                    FROM keyed k
+                    WHERE NOT EXISTS (SELECT 1 FROM pgq.key_watermarks w
+                                      WHERE w.queue = k.queue AND w.dedupe_key = k.dedupe_key
+                                        AND w.done_watermark >= k.watermark)
+                ) n
+                -- Keys in one global order (queue, key), never the caller's: two batches of the same
+                -- keys given in opposite orders would otherwise each hold one key's index entry and
+                -- wait for the other's (revision 0010).
+                ORDER BY n.queue, n.dedupe_key, n.ord
+                ON CONFLICT (queue, dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('queued', 'running')
+                DO NOTHING
+                RETURNING j.id, j.queue, j.dedupe_key, j.input_watermark
+            )
+            SELECT coalesce(array_agg(r.queue), '{}'), coalesce(array_agg(r.dedupe_key), '{}'),
+                   coalesce(array_agg(r.id), '{}'), coalesce(array_agg(r.input_watermark), '{}')
+            INTO got_q, got_k, got_id, got_wm
+            FROM ins r
+            WHERE r.dedupe_key IS NOT NULL;
+
+            -- (b) A run of the key that finished while (a) looked for a conflict (its
+            -- acknowledgement committed after (a)'s snapshot, so (a) read the key's processed
+            -- watermark before it) may have covered a watermark just inserted: this statement sees
+            -- that acknowledgement. Take such a job back (it is this transaction's own row) and
+            -- answer with the run that covered it, as (a) would have had it seen the run.
+            IF EXISTS (SELECT 1 FROM unnest(got_wm) AS g(w) WHERE g.w IS NOT NULL) THEN
+                WITH undone AS (
+                    DELETE FROM pgq.jobs j
+                    USING unnest(got_id, got_q, got_k, got_wm) AS g(id, queue, dedupe_key, watermark),
+                          pgq.key_watermarks w
+                    WHERE j.id = g.id AND w.queue = g.queue AND w.dedupe_key = g.dedupe_key
+                      AND w.done_watermark >= g.watermark
+                    RETURNING g.id, w.job_id
+                )
+                SELECT ARRAY(SELECT coalesce(u.job_id, g.id)
+                             FROM unnest(got_id) WITH ORDINALITY AS g(id, n)
+                             LEFT JOIN undone u ON u.id = g.id
+                             ORDER BY g.n)
+                INTO got_id;
+            END IF;
+            ans_q := ans_q || got_q;
+            ans_k := ans_k || got_k;
+            ans_id := ans_id || got_id;
+            SELECT coalesce(array_agg(p.queue ORDER BY p.queue, p.dedupe_key), '{}'),
+                   coalesce(array_agg(p.dedupe_key ORDER BY p.queue, p.dedupe_key), '{}')
+            INTO pend_q, pend_k
+            FROM unnest(pend_q, pend_k) AS p(queue, dedupe_key)
+            WHERE NOT EXISTS (SELECT 1 FROM unnest(got_q, got_k) AS g(queue, dedupe_key)
+                              WHERE g.queue = p.queue AND g.dedupe_key = p.dedupe_key);
+            EXIT WHEN cardinality(pend_q) = 0;
+
+            -- (c) The other keys, in a newer snapshot: a run that covered the watermark answers; else
+            -- the active job does, and a watermark above its input_watermark becomes a raise (a row
+            -- of pgq.key_raises: the job is not written). A key with neither (its job finished since
+            -- (a)) is tried again.
+            WITH input AS (
+                SELECT i.ord, i.kind, coalesce(i.payload, '{}') AS payload,
+                       coalesce(i.queue, 'default') AS queue, coalesce(i.priority, 0)::smallint AS priority,
+                       coalesce(i.run_at, statement_timestamp() + make_interval(secs => i.delay),
+                                statement_timestamp()) AS run_at,
+                       i.dedupe_key, i.watermark, coalesce(i.max_attempts, 25) AS max_attempts, i.group_key
+                FROM unnest(kinds, payloads, queues, priorities, run_ats, delays, dedupe_keys, watermarks,
+                            max_attempts, group_keys)
+                     WITH ORDINALITY AS i(kind, payload, queue, priority, run_at, delay, dedupe_key, watermark,
+                                          max_attempts, group_key, ord)
+            ),
+            keyed AS (
+                SELECT DISTINCT ON (k.queue, k.dedupe_key) k.kind, k.payload, k.queue, k.priority, k.run_at,
+                       k.dedupe_key, max(k.watermark) OVER (PARTITION BY k.queue, k.dedupe_key) AS watermark,
+                       k.max_attempts, k.group_key
+                FROM input k
+                JOIN unnest(pend_q, pend_k) AS p(queue, dedupe_key) ON p.queue = k.queue AND p.dedupe_key = k.dedupe_key
+                ORDER BY k.queue, k.dedupe_key, k.ord
+            ),
+            found AS (
+                SELECT k.*,
+                       (SELECT w.job_id FROM pgq.key_watermarks w
+                        WHERE w.queue = k.queue AND w.dedupe_key = k.dedupe_key
+                          AND w.done_watermark >= k.watermark) AS done_job,
+                       a.id AS active_id, a.input_watermark AS active_watermark
+                FROM keyed k
+                LEFT JOIN pgq.jobs a ON a.queue = k.queue AND a.dedupe_key = k.dedupe_key
+                                    AND a.dedupe_key IS NOT NULL AND a.status IN ('queued', 'running')
+            ),
+            raised AS (
+                INSERT INTO pgq.key_raises (queue, dedupe_key, watermark, job_id, kind, payload, priority, run_at,
+                                            max_attempts, group_key)
+                SELECT f.queue, f.dedupe_key, f.watermark, f.active_id, f.kind, f.payload, f.priority, f.run_at,
+                       f.max_attempts, f.group_key
+                FROM found f
+                WHERE f.done_job IS NULL AND f.active_id IS NOT NULL AND f.watermark IS NOT NULL
+                  AND (f.active_watermark IS NULL OR f.watermark > f.active_watermark)
+                ORDER BY f.queue, f.dedupe_key
+            )
+            SELECT coalesce(array_agg(f.queue), '{}'), coalesce(array_agg(f.dedupe_key), '{}'),
+                   coalesce(array_agg(coalesce(f.done_job, f.active_id)), '{}')
+            INTO got_q, got_k, got_id
+            FROM found f
+            WHERE coalesce(f.done_job, f.active_id) IS NOT NULL;
+            ans_q := ans_q || got_q;
+            ans_k := ans_k || got_k;
+            ans_id := ans_id || got_id;
+            SELECT coalesce(array_agg(p.queue ORDER BY p.queue, p.dedupe_key), '{}'),
+                   coalesce(array_agg(p.dedupe_key ORDER BY p.queue, p.dedupe_key), '{}')
+            INTO pend_q, pend_k
+            FROM unnest(pend_q, pend_k) AS p(queue, dedupe_key)
+            WHERE NOT EXISTS (SELECT 1 FROM unnest(got_q, got_k) AS g(queue, dedupe_key)
+                              WHERE g.queue = p.queue AND g.dedupe_key = p.dedupe_key);
+            EXIT WHEN cardinality(pend_q) = 0;
+            -- Each further round needs a job of the key to finish between two statements of this one.
+            IF tries >= 10 THEN
+                RAISE EXCEPTION 'pgq.enqueue_many: the active job of dedupe key % in queue % kept finishing '
+                                'while it was enqueued; try again', pend_k[1], pend_q[1]
+                    USING ERRCODE = 'serialization_failure';
+            END IF;
+        END LOOP;
+
+        RETURN QUERY
+        SELECT i.ord, CASE WHEN i.dedupe_key IS NULL THEN i.id ELSE a.id END
+        FROM unnest(queues, dedupe_keys, ids) WITH ORDINALITY AS i(queue, dedupe_key, id, ord)
+        LEFT JOIN unnest(ans_q, ans_k, ans_id) AS a(queue, dedupe_key, id)
+          ON a.queue = coalesce(i.queue, 'default') AND a.dedupe_key = i.dedupe_key
+        ORDER BY i.ord;
+    END IF;
+
+    -- Wake idle workers: one notification per queue. Postgres also folds identical notifications
+    -- of one transaction into one, so a batch of 100,000 jobs sends a handful of short messages.
+    -- A queue name too long for a NOTIFY payload (8000 bytes) wakes every worker ('*').
+    PERFORM pg_notify('pgq', CASE WHEN octet_length(q.queue) <= 1000 THEN q.queue ELSE '*' END)
+    FROM (SELECT DISTINCT coalesce(x, 'default') AS queue FROM unnest(queues) AS x) q;
 END;
-$grants$;
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgq.enqueue_after(
+    kinds             text[],
+    payloads          jsonb[],
+    queues            text[],
+    priorities        smallint[],
+    run_ats           timestamptz[],
+    delays            double precision[],
+    max_attempts      integer[],
+    run_on_failure    boolean[],
+    edge_jobs         integer[],
+    edge_parents      bigint[],
+    group_keys        text[] DEFAULT NULL,
+    sequence_keys     text[] DEFAULT NULL,
+    sequence_continue boolean[] DEFAULT NULL
+) RETURNS TABLE (ord bigint, id bigint)
+LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    missing   bigint;
+    n_locked  bigint;
+    new_ids   bigint[];
+    seq_jobs  integer[] := '{}';
+    seq_prevs bigint[] := '{}';
+    seq_holds boolean[] := '{}';
+BEGIN
+    IF cardinality(edge_jobs) IS DISTINCT FROM cardinality(edge_parents) THEN
+        RAISE EXCEPTION 'pgq.enqueue_after: edge_jobs and edge_parents differ in length'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF cardinality(array_remove(sequence_keys, NULL)) > 0 THEN
+        -- Each key's tail row, locked in (queue, key) order (created if new, its job_id NULL till below)
+        -- by the upsert's no-op update, before the ids are taken: the producers of a key take theirs
+        -- one after the other, so a key's chain follows id order, whatever order they commit in.
+        WITH locked AS (
+            INSERT INTO pgq.sequence_tails AS t (queue, sequence_key)
+            SELECT DISTINCT coalesce(q.queue, 'default'), k.key
+            FROM unnest(sequence_keys) WITH ORDINALITY AS k(key, ord)
+            LEFT JOIN unnest(queues) WITH ORDINALITY AS q(queue, ord) ON q.ord = k.ord
+            WHERE k.key IS NOT NULL
+            ORDER BY 1, 2
+            ON CONFLICT (queue, sequence_key) DO UPDATE SET job_id = t.job_id
+            RETURNING 1
+        )
+        SELECT count(*) INTO n_locked FROM locked;
+    END IF;
+    -- The ids, taken from the sequence in input order: a sequence edge within the batch names its
+    -- parent by id.
+    new_ids := ARRAY(SELECT nextval(pg_get_serial_sequence('pgq.jobs', 'id'))
+                     FROM generate_series(1, coalesce(cardinality(kinds), 0)) AS g(n) ORDER BY g.n);
+    IF cardinality(array_remove(sequence_keys, NULL)) > 0 THEN
+        -- The tails, read under the locks taken above (this statement's snapshot sees the last
+        -- producer's commit).
+        WITH keyed AS (
+            SELECT k.ord, coalesce(q.queue, 'default') AS queue, k.key,
+                   coalesce(c.cont, false) AS cont
+            FROM unnest(sequence_keys) WITH ORDINALITY AS k(key, ord)
+            LEFT JOIN unnest(queues) WITH ORDINALITY AS q(queue, ord) ON q.ord = k.ord
+            LEFT JOIN unnest(sequence_continue) WITH ORDINALITY AS c(cont, ord) ON c.ord = k.ord
+            WHERE k.key IS NOT NULL
+        ),
+        tails AS (
+            SELECT t.queue, t.sequence_key, t.job_id, t.hold
+            FROM pgq.sequence_tails t
+            WHERE (t.queue, t.sequence_key) IN (SELECT x.queue, x.key FROM keyed x)
+        ),
+        chained AS (
+            -- Each job's predecessor: the previous job of its key in the batch, else the key's tail.
+            SELECT x.ord, x.queue, x.key,
+                   lag(x.ord) OVER w AS prev_ord,
+                   lag(x.cont) OVER w AS prev_cont
+            FROM keyed x
+            WINDOW w AS (PARTITION BY x.queue, x.key ORDER BY x.ord)
+        )
+        SELECT coalesce(array_agg(c.ord::integer ORDER BY c.ord), '{}'),
+               coalesce(array_agg(CASE WHEN c.prev_ord IS NOT NULL THEN new_ids[c.prev_ord] ELSE t.job_id END
+                                  ORDER BY c.ord), '{}'),
+               coalesce(array_agg(CASE WHEN c.prev_ord IS NOT NULL THEN NOT c.prev_cont ELSE t.hold END
+                                  ORDER BY c.ord), '{}')
+        INTO seq_jobs, seq_prevs, seq_holds
+        FROM chained c
+        JOIN tails t ON t.queue = c.queue AND t.sequence_key = c.key
+        WHERE c.prev_ord IS NOT NULL OR t.job_id IS NOT NULL;
+        -- The keys' new tails: the last job of each key in the batch.
+        UPDATE pgq.sequence_tails t
+        SET job_id = new_ids[l.ord], hold = NOT l.cont, updated_at = now()
+        FROM (SELECT DISTINCT ON (coalesce(q.queue, 'default'), k.key)
+                     coalesce(q.queue, 'default') AS queue, k.key, k.ord, coalesce(c.cont, false) AS cont
+              FROM unnest(sequence_keys) WITH ORDINALITY AS k(key, ord)
+              LEFT JOIN unnest(queues) WITH ORDINALITY AS q(queue, ord) ON q.ord = k.ord
+              LEFT JOIN unnest(sequence_continue) WITH ORDINALITY AS c(cont, ord) ON c.ord = k.ord
+              WHERE k.key IS NOT NULL
+              ORDER BY 1, 2, k.ord DESC) l
+        WHERE t.queue = l.queue AND t.sequence_key = l.key;
+    END IF;
+    -- The parents, given and tails: FOR KEY SHARE, which no UPDATE waits for, and no write to them
+    -- (revision 0012).
+    PERFORM 1 FROM pgq.jobs j
+    WHERE j.id IN (SELECT DISTINCT p FROM unnest(edge_parents || seq_prevs) AS p)
+    ORDER BY j.id
+    FOR KEY SHARE OF j;
+    SELECT p INTO missing FROM unnest(edge_parents) AS p
+    WHERE NOT EXISTS (SELECT 1 FROM pgq.jobs j WHERE j.id = p) LIMIT 1;
+    IF missing IS NOT NULL THEN
+        RAISE EXCEPTION 'depends_on: there is no job % (never enqueued, or purged)', missing
+            USING ERRCODE = 'foreign_key_violation';
+    END IF;
+    RETURN QUERY
+    WITH input AS (
+        SELECT i.ord, new_ids[i.ord] AS id, i.kind,
+               coalesce(i.payload, '{}') AS payload, coalesce(i.queue, 'default') AS queue,
+               coalesce(i.priority, 0)::smallint AS priority,
+               coalesce(i.run_at, statement_timestamp() + make_interval(secs => i.delay), statement_timestamp()) AS run_at,
+               coalesce(i.max_attempts, 25) AS max_attempts, coalesce(i.run_on_failure, false) AS run_on_failure,
+               i.group_key, i.sequence_key
+        FROM unnest(kinds, payloads, queues, priorities, run_ats, delays, max_attempts, run_on_failure, group_keys,
+                    sequence_keys)
+             WITH ORDINALITY AS i(kind, payload, queue, priority, run_at, delay, max_attempts, run_on_failure,
+                                  group_key, sequence_key, ord)
+    ),
+    given AS (
+        SELECT DISTINCT e.ord, e.parent_id
+        FROM unnest(edge_jobs, edge_parents) AS e(ord, parent_id)
+    ),
+    seq AS (
+        -- A predecessor purged meanwhile (no row) is no edge; one given as a parent too stays a
+        -- sequence edge (it orders the sequence).
+        SELECT s.ord, s.parent_id, s.hold
+        FROM unnest(seq_jobs, seq_prevs, seq_holds) AS s(ord, parent_id, hold)
+    ),
+    edges AS (
+        SELECT a.ord, a.parent_id, s.hold AS sequence_hold,
+               -- A predecessor of this batch is inserted below, not finished.
+               coalesce(p.status::text, 'queued') AS parent_status
+        FROM (SELECT g.ord, g.parent_id FROM given g UNION SELECT s.ord, s.parent_id FROM seq s) a
+        LEFT JOIN seq s ON s.ord = a.ord AND s.parent_id = a.parent_id
+        LEFT JOIN pgq.jobs p ON p.id = a.parent_id
+        WHERE p.id IS NOT NULL OR a.parent_id = ANY(new_ids)
+    ),
+    state AS (
+        SELECT u.ord,
+               count(e.parent_id) FILTER (WHERE e.parent_status IN ('waiting', 'queued', 'running')
+                                             OR (e.parent_status = 'failed' AND e.sequence_hold)) AS pending,
+               min(e.parent_id) FILTER (WHERE e.parent_status IN ('failed', 'cancelled')
+                                          AND e.sequence_hold IS NULL AND NOT u.run_on_failure) AS doomed_by
+        FROM input u
+        LEFT JOIN edges e ON e.ord = u.ord
+        GROUP BY u.ord
+    ),
+    ins AS (
+        INSERT INTO pgq.jobs (id, kind, payload, queue, priority, run_at, max_attempts, status,
+                              pending_parents, finished_at, last_error, limited, group_key, sequence_key)
+        SELECT u.id, u.kind, u.payload, u.queue, u.priority, u.run_at, u.max_attempts,
+               CASE WHEN s.doomed_by IS NOT NULL THEN 'cancelled'
+                    WHEN s.pending > 0 THEN 'waiting' ELSE 'queued' END::pgq.job_status,
+               s.pending,
+               CASE WHEN s.doomed_by IS NOT NULL THEN now() END,
+               CASE WHEN s.doomed_by IS NOT NULL THEN
+                   format('parent job %s %s', s.doomed_by,
+                          (SELECT e.parent_status FROM edges e WHERE e.ord = u.ord AND e.parent_id = s.doomed_by))
+               END,
+               u.group_key IS NOT NULL
+               OR u.kind IN (SELECT l.kind FROM pgq.concurrency_limits l UNION ALL SELECT r.kind FROM pgq.rate_limits r),
+               u.group_key, u.sequence_key
+        FROM input u JOIN state s ON s.ord = u.ord
+        ORDER BY u.ord
+        RETURNING pgq.jobs.id, pgq.jobs.queue, pgq.jobs.status
+    ),
+    deps AS (
+        INSERT INTO pgq.job_dependencies (job_id, parent_id, needs_success, parent_outcome, sequence_hold)
+        SELECT u.id, e.parent_id, e.sequence_hold IS NULL AND NOT u.run_on_failure,
+               CASE WHEN e.parent_status IN ('succeeded', 'cancelled')
+                      OR (e.parent_status = 'failed' AND e.sequence_hold IS NOT TRUE)
+                    THEN e.parent_status::pgq.job_status END,
+               e.sequence_hold
+        FROM edges e JOIN input u ON u.ord = e.ord
+    ),
+    woke AS (
+        SELECT count(pg_notify('pgq', CASE WHEN octet_length(q.queue) <= 1000 THEN q.queue ELSE '*' END)) AS n
+        FROM (SELECT DISTINCT r.queue FROM ins r WHERE r.status = 'queued') q
+    )
+    SELECT u.ord, u.id FROM input u, woke ORDER BY u.ord;
+END;
+$fn$;
 
 CREATE OR REPLACE FUNCTION pgq.rescue(p_limit integer)
 RETURNS TABLE (id bigint, status text, queue text, kind text, woke bigint)

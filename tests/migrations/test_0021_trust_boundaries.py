@@ -20,7 +20,8 @@ def query(dsn: str, statement: str) -> list[tuple[Any, ...]]:
 
 
 BODIES = ("SELECT p.proname::text, p.prosrc FROM pg_proc p WHERE p.pronamespace = 'pgq'::regnamespace "
-          "AND p.proname IN ('claim', 'claim_group_heads', 'settle', 'enqueue_unique') ORDER BY 1")
+          "AND p.proname IN ('claim', 'claim_group_heads', 'settle', 'enqueue_unique', 'enqueue_many', "
+          "'enqueue_after', 'rescue', 'mark_awaited') ORDER BY 1")
 OBJECTS = ("SELECT to_regclass('pgq.leaders') IS NOT NULL, to_regclass('pgq.claim_secret') IS NOT NULL, "
            "to_regclass('pgq.unique_locks') IS NOT NULL, to_regproc('pgq.lead') IS NOT NULL, "
            "to_regproc('pgq.claim_key') IS NOT NULL")
@@ -29,7 +30,8 @@ OBJECTS = ("SELECT to_regclass('pgq.leaders') IS NOT NULL, to_regclass('pgq.clai
 def test_0021_replaces_the_advisory_keys_and_its_downgrade_restores_them(pgq_dsn: str) -> None:
     assert query(pgq_dsn, OBJECTS) == [(True, True, True, True, True)]
     bodies = dict(query(pgq_dsn, BODIES))
-    assert all("1885827" not in body for body in bodies.values())
+    assert all("1885827" not in body for name, body in bodies.items() if name.startswith(("claim", "settle", "enq")))
+    assert all("role_scopes" in body for name, body in bodies.items() if not name.startswith(("claim_", "settle")))
     assert all(body in schema_file("0021_trust_boundaries.up.sql") for body in bodies.values())
     query(pgq_dsn, "SELECT pgq.enqueue('k', queue => 'q')")
     query(pgq_dsn, "CREATE ROLE pgq_t_0021_granted")
@@ -45,6 +47,10 @@ def test_0021_replaces_the_advisory_keys_and_its_downgrade_restores_them(pgq_dsn
         assert old["settle"] in schema_file("0017_sequences.up.sql")
         assert old["claim_group_heads"] in schema_file("0014_fairness.up.sql")
         assert old["enqueue_unique"] in schema_file("0018_uniqueness.up.sql")
+        assert old["enqueue_many"] in schema_file("0016_keyed_raises.up.sql")
+        assert old["enqueue_after"] in schema_file("0017_sequences.up.sql")
+        assert old["rescue"] in schema_file("0012_producer_locks.up.sql")
+        assert old["mark_awaited"] in schema_file("0012_producer_locks.up.sql")
         assert query(pgq_dsn, granted) == [(True,)]
         query(pgq_dsn, "SELECT pgq.enqueue('k', queue => 'q')")
         assert query(pgq_dsn, "SELECT count(*) FROM pgq.claim('{q}', NULL, 1, 60, 'w')") == [(1,)]

@@ -120,12 +120,7 @@ def test_enqueue_runs_as_definer_with_a_pinned_search_path_and_no_public_execute
          "public_execute": False},
         {"proname": "enqueue_after", "prosecdef": True, "proconfig": ["search_path=pg_catalog, pg_temp"],
          "public_execute": False},
-        # Revision 0021: the former bodies, behind the entry points that check a scoped set's queues.
-        {"proname": "enqueue_after_unchecked", "prosecdef": True, "proconfig": ["search_path=pg_catalog, pg_temp"],
-         "public_execute": False},
         {"proname": "enqueue_many", "prosecdef": True, "proconfig": ["search_path=pg_catalog, pg_temp"],
-         "public_execute": False},
-        {"proname": "enqueue_many_unchecked", "prosecdef": True, "proconfig": ["search_path=pg_catalog, pg_temp"],
          "public_execute": False},
         {"proname": "enqueue_unique", "prosecdef": True, "proconfig": ["search_path=pg_catalog, pg_temp"],
          "public_execute": False},

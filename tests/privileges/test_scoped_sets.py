@@ -100,8 +100,8 @@ def test_a_scoped_producer_enqueues_every_way_in_its_queues(roles: Roles, servic
     "NULL)",
     "UPDATE pgq.jobs SET payload = '{{}}' WHERE queue = 'b'",
     "DELETE FROM pgq.jobs WHERE queue = 'b'",
-    "SELECT * FROM pgq.enqueue_many_unchecked(ARRAY['evil'], ARRAY['{{}}'::jsonb], ARRAY['b'], NULL, NULL, NULL, NULL, "
-    "NULL, NULL)",
+    "SELECT * FROM pgq.enqueue_after(ARRAY['evil'], ARRAY['{{}}'::jsonb], ARRAY['b'], NULL, NULL, NULL, NULL, NULL, "
+    "'{{}}', '{{}}')",
 ])
 def test_a_scoped_producer_cannot_touch_another_services_queue(
     roles: Roles, services: dict[str, Service], attempt: str,
