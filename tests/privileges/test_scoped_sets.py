@@ -124,6 +124,9 @@ def test_a_scoped_producer_reads_only_its_queues_jobs(roles: Roles, services: di
         mine = q.enqueue("k", {"open": 1}, queue="a1")
     a = services["a"]
     assert rows(a.producer, "SELECT id FROM pgq.jobs") == [{"id": mine}]
+    with psycopg.connect(a.producer, autocommit=True) as conn:  # SET ROLE changes nothing
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(a.prefix + "producer")))
+        assert conn.execute("SELECT id FROM pgq.jobs").fetchall() == [(mine,)]
     assert rows(a.worker, "SELECT id FROM pgq.jobs") == [{"id": mine}]
     assert rows(a.producer, "SELECT count(*) AS n FROM pgq.mark_awaited(%s)", [theirs]) == [{"n": 0}]
     with pgq.Queue(a.producer) as q:
