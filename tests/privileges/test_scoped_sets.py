@@ -19,6 +19,7 @@ from psycopg.conninfo import make_conninfo
 
 import pgq
 from pgq import JobSpec
+from pgq.cli import main
 from pgq.role_sets import apply_scoped, list_role_sets, revoke_role_set
 from pgq.worker.maintenance import Rescuer
 
@@ -214,3 +215,14 @@ def test_a_scoped_worker_process_runs_its_queues_jobs_only(
     assert rows(roles.dsn, "SELECT queue, status::text FROM pgq.jobs WHERE queue = 'b'") == [
         {"queue": "b", "status": "queued"}]
     assert not [r for r in caplog.records if getattr(r, "event", None) == "maintenance_error"]
+
+
+def test_pgq_roles_prints_a_scoped_sets_script_and_rejects_bad_queue_lists(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["roles", "--prefix", "svc_", "--queues", "mail,o'brien"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("BEGIN;") and out.rstrip().endswith("COMMIT;")
+    assert "CREATE POLICY \"svc_scope\" ON pgq.jobs AS RESTRICTIVE TO \"svc_producer\"" in out
+    assert "ARRAY['mail', 'o''brien']::text[]" in out and '"svc_admin"' not in out
+    for bad in (",", "a,,b", ""):
+        assert main(["roles", "--prefix", "svc_", "--queues", bad]) == 2
+        assert capsys.readouterr().err.count("\n") == 1
