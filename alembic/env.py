@@ -27,6 +27,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
 from pgq.migrate import MIGRATION_LOCK_KEY, VERSION_SCHEMA, VERSION_TABLE, logger
+from pgq.role_sets import sync_scoped
 from pgq.roles import sync_grants
 
 PREAMBLE = (
@@ -86,10 +87,13 @@ def run_migrations_online() -> None:
             if context.config.attributes.get("sync_roles"):
                 # pgq.migrate.upgrade: pgq's roles, when they exist, get the grants of the objects the
                 # revisions created, before the transaction commits.
-                names = sync_grants(connection.connection.driver_connection,
-                                    context.config.attributes.get("roles_prefix"))
+                driver = connection.connection.driver_connection
+                names = sync_grants(driver, context.config.attributes.get("roles_prefix"))
                 if names is not None:
                     logger.info("kept the grants of %s, %s and %s current", names.producer, names.worker, names.admin)
+                # The scoped role sets of this database (revision 0021), likewise.
+                for prefix in sync_scoped(driver):
+                    logger.info("kept the grants of the scoped role set %s current", prefix)
     finally:
         engine.dispose()
 

@@ -150,11 +150,12 @@ def current_revision(dsn: str) -> str | None:
 def upgrade(dsn: str, revision: str = "head", *, roles_prefix: str | None = None) -> None:
     """Migrate the database at `dsn` up to `revision` (default: the newest one).
 
-    When pgq's roles exist (see pgq.roles.sync_grants for how they are found; `roles_prefix` names
-    them), the same transaction then re-runs the roles script, so that they own and are granted
-    exactly what it gives them, new objects included: no `pgq roles` is needed after an upgrade. The
-    account migrating must then be a superuser or a member of the admin role. Without the roles
-    nothing of them changes.
+    When pgq's roles exist in this database (see pgq.roles.sync_grants for how they are found;
+    `roles_prefix` names them), the same transaction then re-runs the roles script, and that of
+    every scoped role set (pgq.role_sets.sync_scoped), so that they own and are granted exactly what
+    it gives them, new objects included: no `pgq roles` is needed after an upgrade. The account
+    migrating must then be a superuser or a member of the admin role. Without the roles nothing of
+    them changes; roles that exist for other databases only are never granted.
 
     Runs every pending revision in one transaction that holds the advisory lock MIGRATION_LOCK_KEY, so
     concurrent callers (other threads, processes or hosts) serialize; a caller that finds the database

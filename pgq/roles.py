@@ -91,15 +91,16 @@ def sync_grants(conn: psycopg.Connection[Any], prefix: str | None = None) -> Rol
     kept current, or None when there are none, and then changes nothing.
 
     The roles are those of `prefix` when given, else those named after the owner of schema pgq
-    (``<prefix>admin``, after `pgq roles` ran on this database), else those of DEFAULT_PREFIX; a
-    prefix counts only when its three roles all exist (this creates none). Needs the rights of the
+    (``<prefix>admin``, after `pgq roles` ran on this database); a prefix counts only when its three
+    roles all exist (this creates none). Roles that exist for other databases only, even those of
+    DEFAULT_PREFIX, are never granted unasked (pgq.role_sets.list_role_sets names them). Needs the rights of the
     script's ownership step: a superuser, or a member of the admin role that owns pgq's objects.
     Raises ValueError for a bad `prefix`, PgqError when the roles of a given `prefix` do not all
     exist, and psycopg errors (InsufficientPrivilege ...) from the server.
     """
     if prefix is not None:
         RoleNames.with_prefix(prefix)
-    row = conn.execute(query("roles/roles_prefix"), {"prefix": prefix, "default_prefix": DEFAULT_PREFIX}).fetchone()
+    row = conn.execute(query("roles/roles_prefix"), {"prefix": prefix}).fetchone()
     if row is None or (prefix is not None and row[0] != prefix):
         if prefix is not None:
             raise PgqError(f"the roles {prefix}producer, {prefix}worker and {prefix}admin do not all exist: "

@@ -41,7 +41,7 @@ class LeaderRun(Generic[T]):
     value: T | None
 
 
-def _leader(lock_key: int, seen: WorkerRow | None = None) -> Steps[tuple[bool, dt.datetime]]:
+def _leader(lock_key: str, seen: WorkerRow | None = None) -> Steps[tuple[bool, dt.datetime]]:
     # With `seen`, the same statement refreshes the worker's registry row (maintenance_lock_seen.sql).
     if seen is None:
         rows = yield Stmt("maintenance_lock", {"key": lock_key, **_GUARD_PARAMS})
@@ -52,10 +52,10 @@ def _leader(lock_key: int, seen: WorkerRow | None = None) -> Steps[tuple[bool, d
 
 
 def rescue_as_leader(
-    lock_key: int, limit: int = RESCUE_BATCH, on_failure: Callable[[int, str], Sequence[JobSpec]] | None = None,
+    lock_key: str, limit: int = RESCUE_BATCH, on_failure: Callable[[int, str], Sequence[JobSpec]] | None = None,
     *, seen: WorkerRow | None = None, prune: bool = False,
 ) -> Operation[LeaderRun[list[tuple[int, str, str, str]]]]:
-    """One transaction: take the rescue lock (`pg_try_advisory_xact_lock(lock_key)`), and when it was
+    """One transaction: take the rescue lock (`pgq.lead(lock_key)`), and when it was
     free, rescue up to `limit` expired attempts. Value: (job id, new status, queue, kind) per job
     rescued. `on_failure(job id, kind)`: the follow-up jobs of a job the rescue failed for good
     (its last attempt expired), enqueued in the same transaction. `seen`: refresh this worker's
@@ -90,7 +90,7 @@ class StalledSession:
     stalled_s: float
 
 
-def end_stalled_as_leader(lock_key: int, after_s: float, *,
+def end_stalled_as_leader(lock_key: str, after_s: float, *,
                           seen: WorkerRow | None = None) -> Operation[LeaderRun[list[StalledSession]]]:
     """One transaction: take the rescue lock, and when it was free, end every session of this
     database stuck for more than `after_s` seconds writing the result of one of pgq's writing
@@ -124,7 +124,7 @@ def settle(limit: int = SETTLE_BATCH) -> Operation[int]:
     return Operation("job_settle", steps, retry_safe=True)
 
 
-def purge_as_leader(lock_key: int, older_than_s: float, batch: int = PURGE_BATCH) -> Operation[LeaderRun[int]]:
+def purge_as_leader(lock_key: str, older_than_s: float, batch: int = PURGE_BATCH) -> Operation[LeaderRun[int]]:
     """One transaction: take the retention lock, and when it was free, delete one batch of jobs that
     finished more than `older_than_s` seconds ago. Value: the number deleted."""
 
@@ -139,7 +139,7 @@ def purge_as_leader(lock_key: int, older_than_s: float, batch: int = PURGE_BATCH
 
 
 def periodic_enqueue_as_leader(
-    lock_key: int, plan: Callable[[dt.datetime], Sequence[JobSpec]]
+    lock_key: str, plan: Callable[[dt.datetime], Sequence[JobSpec]]
 ) -> Operation[LeaderRun[list[tuple[int, str]]]]:
     """One transaction: take the periodic lock, and when it was free, enqueue the ticks `plan(now)`
     returns (`now`: the database clock) unless a job of the tick exists in any status. The specs

@@ -23,8 +23,10 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
         description=(
             "Upgrade the database to pgq's newest schema revision, in one transaction, under an\n"
             "advisory lock (concurrent runs wait for each other). Does nothing when already up to date.\n"
-            "Everything pgq creates lives in the schema `pgq`. When pgq's roles exist (`pgq roles`), the\n"
-            "same transaction hands new objects to them and re-grants: no second command is needed."
+            "Everything pgq creates lives in the schema `pgq`. Once `pgq roles` ran in this database, the\n"
+            "same transaction hands new objects to its role sets and re-grants: no second command is\n"
+            "needed. A role set that exists only for other databases (roles are cluster-wide) is never\n"
+            "granted: migrate names it, and the command that would. It ends with the sets kept granted."
         ),
     )
     p.add_argument(
@@ -54,10 +56,32 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         raise CliError(f"cannot connect to the database: {one_line(exc)}") from None
     if start == head:
         print(f"{where} is already at revision {head} (head): nothing to do")
-        return EXIT_OK
-    print(f"upgrading {where} from revision {start or 'base (no pgq schema)'} to {head} ...", flush=True)
-    started = time.monotonic()
-    migrate.upgrade(dsn)
-    now_at = migrate.current_revision(dsn)
-    print(f"done in {time.monotonic() - started:.2f} s: {where} is at revision {now_at} (head)")
+    else:
+        print(f"upgrading {where} from revision {start or 'base (no pgq schema)'} to {head} ...", flush=True)
+        started = time.monotonic()
+        migrate.upgrade(dsn)
+        now_at = migrate.current_revision(dsn)
+        print(f"done in {time.monotonic() - started:.2f} s: {where} is at revision {now_at} (head)")
+    report_role_sets(dsn)
     return EXIT_OK
+
+
+def report_role_sets(dsn: str) -> None:
+    """Say which role sets the migration keeps granted in the database at `dsn`, and name the sets
+    it left alone (roles are cluster-wide: a set of another database is never granted unasked),
+    each with the command that grants or revokes it."""
+    from ..role_sets import list_role_sets
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        found = list_role_sets(conn)
+    kept = [s for s in found if s.owns_pgq or (s.granted and s.queues is not None)]
+    print("role sets kept granted: " + ("; ".join(s.describe() for s in kept) if kept else "none"))
+    for s in found:
+        if s in kept:
+            continue
+        if s.granted:
+            print(f"role set {s.prefix} has rights here that migrate does not keep current: "
+                  f"`pgq roles --prefix {s.prefix} --apply` grants them again, `--revoke` takes them")
+        else:
+            print(f"role set {s.prefix} exists in the cluster but has no rights here (not granted): "
+                  f"`pgq roles --prefix {s.prefix} --apply` grants it")

@@ -1,9 +1,10 @@
 """Maintenance that workers run for the whole queue: rescue, periodic enqueue, retention.
 
 Every worker runs the loop (`Maintenance.run`), but each run of a step is done by one worker only:
-the step's transaction starts with `pg_try_advisory_xact_lock(<the step's key>)`, and whoever does not
-get it skips that run. No session lock is ever held, so this works through PgBouncer in transaction
-mode, and a worker that dies mid-run releases the lock with its transaction.
+the step's transaction starts with `pgq.lead(<the step>)` (the row lock of the step's row of
+pgq.leaders, SKIP LOCKED), and whoever does not get it skips that run. No session lock is ever held,
+so this works through PgBouncer in transaction mode, and a worker that dies mid-run releases the lock
+with its transaction.
 
 Each step is a class with `run_once()`, which does one run and returns a `StepResult` (whether this
 run was the leader, and counts); the loop around them only decides when to call them. Tests call
@@ -44,11 +45,12 @@ __all__ = [
 
 logger = logging.getLogger("pgq.maintenance")
 
-# Keys of the transaction-level advisory locks that elect each step's leader: the bytes of
-# "pgq:resc", "pgq:peri" and "pgq:retn". Advisory locks are per database.
-RESCUE_LOCK_KEY: Final = 0x7067_713A_7265_7363
-PERIODIC_LOCK_KEY: Final = 0x7067_713A_7065_7269
-RETENTION_LOCK_KEY: Final = 0x7067_713A_7265_746E
+# The steps whose leader each run elects (pgq.lead takes the row lock of the step's row of
+# pgq.leaders for the run's transaction; revision 0021). Row locks need UPDATE on pgq's table, so no
+# role without pgq's rights can hold one, as any role could hold an advisory lock.
+RESCUE_LOCK_KEY: Final = "rescue"
+PERIODIC_LOCK_KEY: Final = "periodic"
+RETENTION_LOCK_KEY: Final = "retention"
 
 MAX_TICKS_PER_RUN = 1000
 # Seconds between a worker's settle runs (pgq.settle): how late a child whose parent finished while

@@ -181,3 +181,9 @@ GRANT EXECUTE ON FUNCTION
     pgq.worker_unregister(uuid, uuid),
     pgq.worker_prune()
     TO {worker};
+
+-- 4. Revision 0021 (nothing squattable). The lock of a maintenance step's leader (pgq.lead: the row
+-- lock of the step's row of pgq.leaders) for the worker; the claim's secret (pgq.claim_secret, from
+-- which its reservation keys derive) for no role: the SELECT on all tables above included it.
+REVOKE SELECT ON pgq.claim_secret FROM {producer};
+GRANT EXECUTE ON FUNCTION pgq.lead(text) TO {worker};

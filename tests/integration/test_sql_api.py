@@ -198,7 +198,7 @@ def test_pgqs_own_transactions_compile_nothing_with_jit(pgq_queue: Queue, pgq_ds
         claim_all = _ops.claim(worker="w", queues=None, kinds=None, limit=16, lease=60)
         claimed = _ops.run_sync(conn, claim_all, own_transaction=True)
         assert sorted(c.job.kind for c in claimed) == ["k", "k", "limited", "limited"]
-        _ops.run_sync(conn, _ops.rescue_as_leader(1), own_transaction=True)
+        _ops.run_sync(conn, _ops.rescue_as_leader("rescue"), own_transaction=True)
         # The rescue after the first statement, which applies the setting (it is planned before it
         # runs). The claim is one statement calling pgq.claim, whose estimate does not grow with the
         # backlog; its own statements run with SET jit = off (below).

@@ -226,10 +226,11 @@ def test_a_replace_released_late_behind_a_key_taken_meanwhile_waits_for_it(pgq_d
     db("SELECT pgq.settle(1000)")  # and the settle has nothing left that fails
 
 
-def test_a_batch_of_many_keys_takes_a_bounded_number_of_locks(pgq_dsn: str, pgq_queue: Queue) -> None:
-    """Producers of a key are serialized by advisory locks on 256 slots the keys hash onto, not one
-    per key: a batch of 3,000 distinct keys holds at most 256 of them (one per key would take a
-    good part of PostgreSQL's shared lock table, and a few such batches at once would exhaust it)."""
+def test_a_batch_of_many_keys_takes_no_entry_of_the_shared_lock_table(pgq_dsn: str, pgq_queue: Queue, db: SQL) -> None:
+    """Producers of a key are serialized by the row lock of the key's row of pgq.unique_locks
+    (revision 0021), one per key: a batch of 3,000 distinct keys takes no advisory lock (one per
+    key would take a good part of PostgreSQL's shared lock table, and a few such batches at once
+    would exhaust it), and each of its keys has its row."""
     specs = [JobSpec("k", {"i": i}, dedupe_key=f"many-{i}", unique_for=HOUR) for i in range(3000)]
     with psycopg.connect(pgq_dsn) as conn:
         ids = pgq_queue.enqueue_many(specs, conn=conn)
@@ -237,7 +238,8 @@ def test_a_batch_of_many_keys_takes_a_bounded_number_of_locks(pgq_dsn: str, pgq_
                                "AND pid = pg_backend_pid()").fetchone() or (None,)
         conn.commit()
     assert len(set(ids)) == 3000
-    assert held is not None and 0 < held <= 256, held
+    assert held == 0
+    assert db("SELECT count(*) AS n FROM pgq.unique_locks WHERE dedupe_key LIKE 'many-%%'") == [{"n": 3000}]
     assert pgq_queue.enqueue_many(specs[:10]) == ids[:10]  # and they dedupe
 
 
@@ -295,3 +297,13 @@ def test_producer_processes_leave_exactly_the_expected_jobs_with_the_last_commit
         assert returned[key] == {job["id"]}, key
         assert job["payload"] == last[key], key
         assert job["pushed"] is ("debounce" in options), key
+
+
+def test_the_settle_prunes_key_lock_rows_unused_for_an_hour_but_not_a_held_one(pgq_dsn: str, db: SQL) -> None:
+    db("INSERT INTO pgq.unique_locks (queue, dedupe_key, used_at) VALUES ('default', 'old', now() - interval '2 h'),"
+       " ('default', 'held', now() - interval '2 h'), ('default', 'new', now())")
+    with psycopg.connect(pgq_dsn) as holder:  # a producer of 'held' in an open transaction
+        holder.execute("SELECT pgq.enqueue('k', dedupe_key => 'held', on_conflict => 'replace')")
+        db("SELECT pgq.settle(100)")
+        holder.commit()
+    assert db("SELECT dedupe_key FROM pgq.unique_locks ORDER BY 1") == [{"dedupe_key": "held"}, {"dedupe_key": "new"}]

@@ -252,7 +252,8 @@ def test_every_table_column_view_function_and_type_has_a_comment(pgq_dsn: str) -
     uncommented += [("type", row[0]) for row in snapshot["types"] if row[1] == "e" and not row[2]]
     assert tables == {"jobs", "key_watermarks", "concurrency_limits", "paused_queues", "rate_limits",
                       "rate_limit_starts", "job_dependencies", "awaited_jobs", "workers", "job_audit",
-                      "group_limits", "group_rate_starts", "key_raises", "sequence_tails", "key_finishes"}
+                      "group_limits", "group_rate_starts", "key_raises", "sequence_tails", "key_finishes",
+                      "leaders", "claim_secret", "unique_locks", "role_scopes"}
     assert uncommented == []
     assert snapshot["schema"][0][1]
 
@@ -605,7 +606,7 @@ def test_0014_adds_group_keys_and_limits_and_its_downgrade_restores_0013s_schema
                "       (SELECT array_agg(pronargs ORDER BY proname) FROM pg_proc "
                "        WHERE pronamespace = 'pgq'::regnamespace "
                "          AND proname IN ('enqueue', 'enqueue_after', 'enqueue_many', 'claim_group_heads'))")
-    assert query(pgq_dsn, objects) == [(1, True, True, [6, 16, 13, 10])]  # 0018's signatures
+    assert query(pgq_dsn, objects) == [(1, True, True, [7, 16, 13, 10])]  # 0021's signatures
     query(pgq_dsn, "CREATE ROLE pgq_t_0014_granted")
     query(pgq_dsn, "GRANT EXECUTE ON FUNCTION pgq.enqueue_many(text[], jsonb[], text[], smallint[], timestamptz[], "
                    "double precision[], text[], bigint[], integer[], text[]) TO pgq_t_0014_granted")
@@ -623,7 +624,7 @@ def test_0014_adds_group_keys_and_limits_and_its_downgrade_restores_0013s_schema
         assert em in schema_file("0010_scaling_claim.up.sql")
         query(pgq_dsn, "SELECT pgq.enqueue('k')")
         migrate.upgrade(pgq_dsn)
-        assert query(pgq_dsn, objects) == [(1, True, True, [6, 16, 13, 10])]  # 0018's signatures
+        assert query(pgq_dsn, objects) == [(1, True, True, [7, 16, 13, 10])]  # 0021's signatures
         assert query(pgq_dsn, granted) == [(True,)]
         claimed = query(pgq_dsn, "SELECT kind, group_key FROM pgq.claim(NULL, NULL, 10, 60, 'w') ORDER BY id")
         assert claimed == [("k", None)] * 3  # the grouped job's key went with the downgrade

@@ -4,7 +4,7 @@ What breaks behind such a pooler is session state: consecutive transactions of o
 run on whichever server connection is free. These tests show the failure pgq avoids (psycopg's
 automatic prepared statements) and run every kind of statement pgq has through PgBouncer: enqueue,
 claim (both claim paths), complete, fail and retry, heartbeat, snooze, rescue, maintenance leadership
-by transaction-level advisory locks, and workers (with LISTEN on a direct connection, or polling).
+by transaction-level row locks (pgq.lead), and workers (with LISTEN on a direct connection, or polling).
 """
 
 from __future__ import annotations
@@ -245,7 +245,7 @@ def test_maintenance_leadership_through_pgbouncer_uses_transaction_locks_only(bo
             rescuer = Rescuer(queue)
             holder = await psycopg.AsyncConnection.connect(bouncer.direct_dsn)
             try:  # another "worker" leads this step right now (in an open transaction)
-                cur = await holder.execute("SELECT pg_try_advisory_xact_lock(%s)", (RESCUE_LOCK_KEY,))
+                cur = await holder.execute("SELECT pgq.lead(%s)", (RESCUE_LOCK_KEY,))
                 assert await cur.fetchone() == (True,)
                 follower = await rescuer.run_once()
                 await holder.commit()
@@ -257,7 +257,7 @@ def test_maintenance_leadership_through_pgbouncer_uses_transaction_locks_only(bo
     assert follower.leader is False and follower.counts == {}
     assert leader.leader is True and leader.counts == {"requeued": 1, "failed": 0}
     # The leader's lock ended with its transaction: no pooled server connection keeps it.
-    assert direct_rows(bouncer, "SELECT pg_try_advisory_lock(%s) AS got", (RESCUE_LOCK_KEY,))[0]["got"] is True
+    assert direct_rows(bouncer, "SELECT pgq.lead(%s) AS got", (RESCUE_LOCK_KEY,))[0]["got"] is True
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from pgq.models import JobSpec
 from .conftest import Roles
 from .test_roles import assert_refused, refused, rows
 
-HEADS = "SELECT pgq.claim_group_heads(ARRAY['q'], 'k', 'g', 0::smallint, 1, '{}')"
+HEADS = "SELECT pgq.claim_group_heads(ARRAY['q'], 'k', 'g', 0::smallint, 1, '{}', 'salt')"
 
 
 def state(roles: Roles) -> list[list[dict[str, object]]]:

@@ -18,7 +18,8 @@ ROOT = Path(pgq.__file__).resolve().parent
 # import of that module).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("pgq.errors", "pgq.bounds", "pgq.models", "pgq.insight", "pgq._sql", "pgq._schema"),
-    ("pgq._ops", "pgq.cron", "pgq.context", "pgq.migrate", "pgq.roles", "pgq.embedded", "pgq.listener"),
+    ("pgq._ops", "pgq.cron", "pgq.context", "pgq.migrate", "pgq.roles", "pgq.role_sets", "pgq.embedded",
+     "pgq.listener"),
     ("pgq.client", "pgq.waiting", "pgq.metrics", "pgq.retries"),
     ("pgq.tasks", "pgq.app"),
     ("pgq.worker", "pgq.testing", "pgq.otel"),

@@ -30,10 +30,11 @@ from .conftest import DB, LISTENER, FrozenClient, async_wait_for, freeze_mid_cla
 MAINTENANCE_IDLE_LIMIT_S = 5  # _ops.TRANSACTION_IDLE_LIMIT, which sql/maintenance_lock.sql sets
 
 
-def holding_lock(dsn: str, key: int) -> psycopg.Connection[Any]:
-    """A connection inside a transaction that holds advisory lock `key` (another worker's run)."""
+def holding_lock(dsn: str, key: str) -> psycopg.Connection[Any]:
+    """A connection inside a transaction that leads maintenance step `key` (another worker's run)."""
     conn = psycopg.connect(dsn)
-    conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+    row = conn.execute("SELECT pgq.lead(%s)", (key,)).fetchone()
+    assert row == (True,)
     return conn
 
 
