@@ -26,5 +26,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    """Restore revision 0018's functions and drop what 0021 added (sql/schema/0021_trust_boundaries.down.sql)."""
+    """Restore revision 0020's functions and drop what 0021 added (sql/schema/0021_trust_boundaries.down.sql)."""
     execute_schema_file("0021_trust_boundaries.down.sql")

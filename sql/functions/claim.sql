@@ -76,6 +76,8 @@ DECLARE
     b_examine   integer;            -- rows of the head the second scan reads
     b_cap       integer;            -- and busy rows it tries
     busy_age    integer;            -- age() of a snapshot's xmin (see (a))
+    salt        text;               -- the reservations' key salt (pgq.claim_key)
+    scope       text[];             -- the queues of the caller's scoped role set (NULL: any)
 BEGIN
     IF lim IS NULL OR lim < 1 THEN
         RAISE EXCEPTION 'pgq.claim: lim must be >= 1, got %', coalesce(lim::text, 'NULL')
@@ -87,6 +89,14 @@ BEGIN
     END IF;
     IF worker IS NULL OR worker = '' THEN
         RAISE EXCEPTION 'pgq.claim: worker must be a non-empty text' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- A worker of a scoped role set claims from its queues only (revision 0021): the queues asked
+    -- for among them, all of them when none were. One probe of an empty table for everyone else.
+    IF EXISTS (SELECT 1 FROM pgq.role_scopes) THEN
+        SELECT c.queues INTO scope FROM pgq.caller_scope() c;
+        IF scope IS NOT NULL THEN
+            queues := ARRAY(SELECT g.name FROM unnest(coalesce(queues, scope)) AS g(name) WHERE g.name = ANY(scope));
+        END IF;
     END IF;
 
     -- The queues: the given ones, or every queue with queued jobs (a loose index scan of
@@ -107,13 +117,15 @@ BEGIN
               SELECT e.queue FROM every_queue e WHERE e.queue IS NOT NULL) w
         WHERE NOT EXISTS (SELECT 1 FROM pgq.paused_queues p WHERE p.queue = w.name)
         ORDER BY w.name),
-        ARRAY(SELECT c.kind FROM pgq.concurrency_limits c UNION SELECT r.kind FROM pgq.rate_limits r)
-    INTO wanted, limited_kinds;
+        ARRAY(SELECT c.kind FROM pgq.concurrency_limits c UNION SELECT r.kind FROM pgq.rate_limits r),
+        (SELECT s.secret FROM pgq.claim_secret s) || ':' || floor(extract(epoch FROM now()) / 60)
+    INTO wanted, limited_kinds, salt;
     IF cardinality(wanted) = 0 THEN
         RETURN;
     END IF;
 
     -- Reservations are entries of PostgreSQL's shared lock table, which is finite: at most 256.
+    -- Their keys are pgq.claim_key's (revision 0021): no role without pgq's rights can know one ahead.
     lim := least(lim, 256);
 
     -- Rounds of reserve and take: a row reserved from a snapshot older than another claim's commit
@@ -151,7 +163,7 @@ BEGIN
                 LIMIT 1)
         INTO found_ids, found_tids, a_got, a_first, a_head
         FROM (SELECT c.id, c.ctid, c.priority, c.run_at
-              FROM (SELECT j.id, j.ctid, j.priority, j.run_at,
+              FROM (SELECT j.id, j.ctid, j.priority, j.run_at, j.attempts,
                            j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy
                     FROM pgq.jobs j
                     WHERE j.status = 'queued' AND j.queue = q AND j.limited = false AND j.run_at <= now()
@@ -159,7 +171,7 @@ BEGIN
                     ORDER BY j.priority, j.run_at, j.id
                     OFFSET 0) c  -- keeps the reservation below out of the scan's filter
               WHERE NOT c.busy AND c.id <> ALL(tried)
-                AND pg_try_advisory_xact_lock(1885827427, (c.id % 2147483648)::integer)
+                AND pg_try_advisory_xact_lock(pgq.claim_key(salt, c.id, c.attempts, c.run_at))
               LIMIT lim - taken) r;
         IF a_got < lim - taken THEN
             b_examine := NULL;  -- short: every busy row of the queue
@@ -173,8 +185,8 @@ BEGIN
         SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}')
         INTO found_ids, found_tids
         FROM (SELECT c.id, c.ctid
-              FROM (SELECT x.id, x.ctid
-                    FROM (SELECT j.id, j.ctid, j.priority, j.run_at,
+              FROM (SELECT x.id, x.ctid, x.attempts, x.run_at
+                    FROM (SELECT j.id, j.ctid, j.priority, j.run_at, j.attempts,
                                  j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy
                           FROM pgq.jobs j
                           WHERE j.status = 'queued' AND j.queue = q AND j.limited = false AND j.run_at <= now()
@@ -184,7 +196,7 @@ BEGIN
                     WHERE x.busy AND x.id <> ALL(tried) AND x.id <> ALL(found_ids)
                     ORDER BY x.priority, x.run_at, x.id
                     LIMIT b_cap) c
-              WHERE pg_try_advisory_xact_lock(1885827427, (c.id % 2147483648)::integer)) r;
+              WHERE pg_try_advisory_xact_lock(pgq.claim_key(salt, c.id, c.attempts, c.run_at))) r;
     END LOOP;
     tried := tried || found_ids;
 
@@ -364,13 +376,13 @@ BEGIN
                       FROM unnest(wanted) AS w(name)
                       CROSS JOIN LATERAL (
                           SELECT c.id, c.tid, c.priority, c.run_at
-                          FROM (SELECT j.id, j.ctid AS tid, j.priority, j.run_at
+                          FROM (SELECT j.id, j.ctid AS tid, j.priority, j.run_at, j.attempts
                                 FROM pgq.jobs j
                                 WHERE j.status = 'queued' AND j.limited AND j.queue = w.name AND j.kind = f.kind
                                   AND j.run_at <= now()
                                 ORDER BY j.priority, j.run_at, j.id
                                 OFFSET 0) c
-                          WHERE pg_try_advisory_xact_lock(1885827427, (c.id % 2147483648)::integer)
+                          WHERE pg_try_advisory_xact_lock(pgq.claim_key(salt, c.id, c.attempts, c.run_at))
                           LIMIT least(f.free, lim)
                       ) x) y
                 ORDER BY y.priority, y.run_at, y.id
@@ -408,7 +420,7 @@ BEGIN
                 FOR w_phase IN 1..3 LOOP
                     EXIT WHEN w_got >= budget;
                     IF w_phase = 2 THEN
-                        g_ids := pgq.claim_group_heads(wanted, w_kinds[wi], NULL, level::smallint, 1, l_ids);
+                        g_ids := pgq.claim_group_heads(wanted, w_kinds[wi], NULL, level::smallint, 1, l_ids, salt);
                         l_ids := l_ids || g_ids;
                         w_got := w_got + cardinality(g_ids);
                         IF cardinality(g_ids) > 0 AND budget > w_got THEN
@@ -463,7 +475,7 @@ BEGIN
                             ) room
                             CROSS JOIN LATERAL (
                                 SELECT c.id
-                                FROM (SELECT j.id FROM pgq.jobs j
+                                FROM (SELECT j.id, j.attempts, j.run_at FROM pgq.jobs j
                                       WHERE room.free > 0  -- checked first: no head of a full group is reserved
                                         AND j.status = 'queued' AND j.limited AND j.queue = q
                                         AND j.kind = w_kinds[wi] AND j.group_key = g.group_key
@@ -471,7 +483,7 @@ BEGIN
                                       ORDER BY j.group_key, j.priority, j.run_at, j.id
                                       OFFSET 0) c
                                 WHERE c.id <> ALL(l_ids)
-                                  AND pg_try_advisory_xact_lock(1885827427, (c.id % 2147483648)::integer)
+                                  AND pg_try_advisory_xact_lock(pgq.claim_key(salt, c.id, c.attempts, c.run_at))
                                 LIMIT 1
                             ) hd
                             WHERE g.group_key IS NOT NULL
@@ -494,7 +506,7 @@ BEGIN
                 FOR si IN 1..cardinality(spare_keys) LOOP
                     EXIT WHEN w_got >= budget;
                     g_ids := pgq.claim_group_heads(wanted, w_kinds[wi], spare_keys[si], level::smallint,
-                                                   least(spare_n[si], budget - w_got), l_ids);
+                                                   least(spare_n[si], budget - w_got), l_ids, salt);
                     l_ids := l_ids || g_ids;
                     w_got := w_got + cardinality(g_ids);
                     IF spare_keys[si] IS NOT NULL AND cardinality(g_ids) > 0 THEN

@@ -24,6 +24,11 @@ DECLARE
     seq_prevs bigint[] := '{}';
     seq_holds boolean[] := '{}';
 BEGIN
+    -- A producer of a scoped role set enqueues in its queues only, after parents of those queues
+    -- (revision 0021).
+    IF EXISTS (SELECT 1 FROM pgq.role_scopes) THEN
+        PERFORM pgq.check_queues(queues, edge_parents);
+    END IF;
     IF cardinality(edge_jobs) IS DISTINCT FROM cardinality(edge_parents) THEN
         RAISE EXCEPTION 'pgq.enqueue_after: edge_jobs and edge_parents differ in length'
             USING ERRCODE = 'invalid_parameter_value';

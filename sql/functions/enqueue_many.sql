@@ -26,6 +26,10 @@ DECLARE
     got_wm  bigint[];
     tries   integer := 0;
 BEGIN
+    -- A producer of a scoped role set enqueues in its queues only (revision 0021).
+    IF EXISTS (SELECT 1 FROM pgq.role_scopes) THEN
+        PERFORM pgq.check_queues(queues);
+    END IF;
     IF cardinality(array_remove(dedupe_keys, NULL)) = 0 THEN
         -- No job carries a dedupe key: a plain insert. Ids come from the sequence in input order
         -- (ORDER BY ord), so sorting the returned ids restores the caller's order.

@@ -20,6 +20,7 @@ DECLARE
     jid     bigint;
     run_id  bigint;
     when_at timestamptz;
+    n_locked bigint;
 BEGIN
     IF EXISTS (SELECT 1 FROM unnest(dedupe_keys, unique_fors, replaces, debounces, run_ats, delays)
                              AS i(k, u, rp, d, ra, dl)
@@ -31,14 +32,24 @@ BEGIN
                         'or debounce (> 0, without run_at or delay); unique_for not with replace or debounce'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    -- Each key's producers one at a time: a lock per slot of 256 the keys hash onto, in slot order
-    -- (no deadlock between batches). Slots, not keys: each lock is an entry of PostgreSQL's shared
-    -- lock table, which a batch of thousands of keys would exhaust ("out of shared memory"); keys
-    -- sharing a slot only make their producers wait for each other.
-    PERFORM pg_advisory_xact_lock(1885827429, k.slot)  -- (1885827428: the settle)
-    FROM (SELECT DISTINCT hashtext(coalesce(i.q, 'default') || chr(31) || i.k) & 255 AS slot
-          FROM unnest(queues, dedupe_keys) AS i(q, k)) k
-    ORDER BY k.slot;
+    -- A producer of a scoped role set enqueues (replaces, debounces) in its queues only.
+    IF EXISTS (SELECT 1 FROM pgq.role_scopes) THEN
+        PERFORM pgq.check_queues(queues);
+    END IF;
+    -- Each key's producers one at a time: the row lock of the key's row of pgq.unique_locks (created
+    -- if new), taken by the upsert's no-op update in (queue, key) order (no deadlock between batches)
+    -- and held to the producer's commit (revision 0021). Per key: producers of other keys never wait
+    -- (row locks live in the rows, not in PostgreSQL's finite shared lock table), and no role
+    -- without pgq's rights can take one (it needs UPDATE on the table).
+    WITH locked AS (
+        INSERT INTO pgq.unique_locks AS u (queue, dedupe_key)
+        SELECT DISTINCT coalesce(i.q, 'default'), i.k
+        FROM unnest(queues, dedupe_keys) AS i(q, k)
+        ORDER BY 1, 2
+        ON CONFLICT (queue, dedupe_key) DO UPDATE SET used_at = statement_timestamp()
+        RETURNING 1
+    )
+    SELECT count(*) INTO n_locked FROM locked;
     FOR r IN
         SELECT i.n, i.kind, coalesce(i.payload, '{}') AS payload, coalesce(i.queue, 'default') AS queue,
                coalesce(i.priority, 0)::smallint AS priority, i.run_at, i.delay, i.dedupe_key,

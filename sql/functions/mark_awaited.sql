@@ -2,10 +2,14 @@ CREATE OR REPLACE FUNCTION pgq.mark_awaited(job_id bigint) RETURNS SETOF pgq.job
 LANGUAGE sql
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
-    WITH marked AS (
+    WITH scope AS (
+        SELECT c.queues FROM pgq.caller_scope() c WHERE EXISTS (SELECT 1 FROM pgq.role_scopes)
+    ),
+    marked AS (
         INSERT INTO pgq.awaited_jobs (job_id)
         SELECT j.id FROM pgq.jobs j
         WHERE j.id = mark_awaited.job_id AND j.status::text IN ('waiting', 'queued', 'running')
+          AND NOT EXISTS (SELECT 1 FROM scope s WHERE s.queues IS NOT NULL AND j.queue <> ALL(s.queues))
         ON CONFLICT DO NOTHING
         RETURNING awaited_jobs.job_id
     )

@@ -10,11 +10,15 @@ DECLARE
     names    text[];
     kinds    text[];
     n_woke   bigint;
+    scope    text[];
 BEGIN
+    IF EXISTS (SELECT 1 FROM pgq.role_scopes) THEN
+        SELECT c.queues INTO scope FROM pgq.caller_scope() c;
+    END IF;
     WITH expired AS (
         SELECT j.id
         FROM pgq.jobs j
-        WHERE j.status = 'running' AND j.lease_expires_at < now()
+        WHERE j.status = 'running' AND j.lease_expires_at < now() AND (scope IS NULL OR j.queue = ANY(scope))
         ORDER BY j.lease_expires_at
         LIMIT p_limit
         FOR NO KEY UPDATE SKIP LOCKED

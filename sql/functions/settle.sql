@@ -11,10 +11,19 @@ BEGIN
         RAISE EXCEPTION 'pgq.settle: lim must be >= 1, got %', coalesce(lim::text, 'NULL')
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    -- One settle at a time (every worker runs it each second): the others have nothing to add.
-    IF NOT pg_try_advisory_xact_lock(1885827428) THEN
+    -- One settle at a time (every worker runs it each second): the others have nothing to add. The
+    -- row lock of its pgq.leaders row (revision 0021): no role without pgq's rights can hold it.
+    PERFORM 1 FROM pgq.leaders l WHERE l.step = 'settle' FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
         RETURN 0;
     END IF;
+    -- The lock rows of dedupe keys no producer used for an hour (pgq.enqueue_unique upserts them
+    -- again): a few per run, rows a producer holds left alone.
+    DELETE FROM pgq.unique_locks u
+    WHERE (u.queue, u.dedupe_key) IN (SELECT o.queue, o.dedupe_key FROM pgq.unique_locks o
+                                      WHERE o.used_at < statement_timestamp() - interval '1 hour'
+                                      ORDER BY o.used_at LIMIT lim
+                                      FOR UPDATE SKIP LOCKED);
     parents := ARRAY(SELECT e.parent_id
                      FROM (SELECT d.parent_id, bool_and(d.sequence_hold IS TRUE) AS held
                            FROM pgq.job_dependencies d WHERE d.parent_outcome IS NULL
