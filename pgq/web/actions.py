@@ -9,15 +9,17 @@ from __future__ import annotations
 from typing import Literal
 
 from .. import _ops
+from ..errors import InvalidState, NotFound
 from ..insight import BulkResult
 from ..models import Job
 from . import queries
 from .dashboard import Dashboard
 from .errors import HttpError
 
-__all__ = ["BulkAction", "JobAction", "QueueAction", "bulk_action", "bulk_count", "job_action", "queue_action"]
+__all__ = ["BulkAction", "JobAction", "QueueAction", "bulk_action", "bulk_count", "job_action", "pause_all",
+           "queue_action"]
 
-JobAction = Literal["cancel", "retry"]
+JobAction = Literal["cancel", "retry", "run_now"]
 QueueAction = Literal["pause", "resume"]
 BulkAction = _ops.BulkAction
 
@@ -33,25 +35,65 @@ async def _allowed(dash: Dashboard, action: str) -> None:
         raise HttpError(403, refusal)
 
 
-async def job_action(dash: Dashboard, action: JobAction, job_id: int) -> Job:
-    """Cancel or retry job `job_id`; return the job as it is after. Raises HttpError 403 (read-only,
-    no right), and pgq's NotFound (404) and InvalidState (409: finished already, not failed, or its
-    dedupe key held by another job)."""
-    await _allowed(dash, action)
-    queue = await dash.queue()
-    if action == "cancel":
-        return await queue.cancel(job_id)
-    return await queue.retry(job_id)
+def _single(action: JobAction, job_id: int, actor: str) -> _ops.Operation[Job]:
+    # The action (pgq's own operation: the one cancel / retry of the CLI and the Python API, or the
+    # run-now update) and its audit row, in one transaction.
+    def steps() -> _ops.Steps[Job]:
+        if action == "run_now":
+            rows = yield _ops.Stmt("dashboard_job_run_now", {"id": job_id})
+            if not rows:
+                current = yield from _ops.get(job_id).steps()
+                if current is None:
+                    raise NotFound(job_id)
+                raise InvalidState(job_id, current.status.value, "run now", "only a scheduled job (queued, due "
+                                   "later) can be made due now")
+            job = Job.from_row(rows[0])
+        else:
+            job = yield from (_ops.cancel(job_id) if action == "cancel" else _ops.retry(job_id)).steps()
+        yield _ops.Stmt("dashboard_job_audit_insert", {"action": action, "actor": actor, "id": job_id},
+                        fetch="none")
+        return job
+
+    return _ops.Operation(f"dashboard_job_{action}", steps, transaction=True)
 
 
-async def queue_action(dash: Dashboard, action: QueueAction, name: str) -> bool:
-    """Pause or resume queue `name`; True if that changed its state. Raises HttpError 403 (read-only,
-    no right)."""
+async def job_action(dash: Dashboard, action: JobAction, job_id: int, *, actor: str | None = None) -> Job:
+    """Cancel, retry or run now (make a scheduled job due now) job `job_id`, recording it in
+    pgq.job_audit with `actor` (default: the dashboard's) in the same transaction; return the job as
+    it is after. Raises HttpError 403 (read-only, no right), and pgq's NotFound (404) and
+    InvalidState (409: finished already, not failed, not scheduled, or its dedupe key held by another
+    job)."""
     await _allowed(dash, action)
     queue = await dash.queue()
-    if action == "pause":
-        return await queue.pause(name)
-    return await queue.resume(name)
+    return await queue._run(_single(action, job_id, actor or dash.settings.actor))
+
+
+def _pause(action: QueueAction, name: str, actor: str) -> _ops.Operation[bool]:
+    def steps() -> _ops.Steps[bool]:
+        changed = yield from (_ops.pause(name) if action == "pause" else _ops.resume(name)).steps()
+        if changed and action == "pause":
+            yield _ops.Stmt("dashboard_paused_by", {"queue": name, "actor": actor}, fetch="none")
+        return changed
+
+    return _ops.Operation(f"dashboard_queue_{action}", steps, transaction=True)
+
+
+async def queue_action(dash: Dashboard, action: QueueAction, name: str, *, actor: str | None = None) -> bool:
+    """Pause or resume queue `name`; True if that changed its state. A pause records `actor`
+    (default: the dashboard's) as who paused it (pgq.paused_queues.paused_by), in the same
+    transaction. Raises HttpError 403 (read-only, no right)."""
+    await _allowed(dash, action)
+    queue = await dash.queue()
+    return await queue._run(_pause(action, name, actor or dash.settings.actor))
+
+
+async def pause_all(dash: Dashboard, *, actor: str | None = None) -> list[str]:
+    """Pause every queue the overview lists that is not paused yet (each in its own transaction,
+    attributed to `actor`); return the names of those it paused. Raises HttpError 403."""
+    await _allowed(dash, "pause")
+    names = [q.name for q in (await dash.read(queries.overview())).queues if not q.paused]
+    queue = await dash.queue()
+    return [n for n in names if await queue._run(_pause("pause", n, actor or dash.settings.actor))]
 
 
 async def bulk_count(dash: Dashboard, action: BulkAction, where: _ops.JobFilter) -> int:
@@ -62,13 +104,13 @@ async def bulk_count(dash: Dashboard, action: BulkAction, where: _ops.JobFilter)
 
 
 async def bulk_action(dash: Dashboard, action: BulkAction, *, where: _ops.JobFilter | None = None,
-                      ids: list[int] | None = None) -> BulkResult:
+                      ids: list[int] | None = None, actor: str | None = None) -> BulkResult:
     """Apply `action` to the jobs `ids` (one transaction), or to every job matching `where` (in
-    batches); recorded in pgq.job_audit with the dashboard's actor. Raises HttpError 403 (read-only,
+    batches); recorded in pgq.job_audit with `actor` (default: the dashboard's). Raises HttpError 403 (read-only,
     no right) and InvalidJob (400)."""
     await _allowed(dash, action)
     queue = await dash.queue()
-    actor = dash.settings.actor
+    actor = actor or dash.settings.actor
     if ids is not None:
         return await queue._run(_ops.bulk_ids(action, ids, actor=actor))
     assert where is not None
