@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from html import unescape
 
+import pytest
 from starlette.requests import Request
 
 from pgq import Queue
@@ -217,3 +218,18 @@ def test_job_page_shows_progress_as_a_bar_and_explain_with_times_and_blockers(
     assert re.search(rf'data-blocker="{parent}"><span class="badge badge-queued">queued', waiting)
     scheduled = client.get(f"/jobs/{later}").text
     assert re.search(r'data-fact="run_at"><time [^>]*>in (1h 59m|2h)', scheduled), scheduled[:0]
+
+
+def test_the_overview_says_plainly_when_its_counts_are_partial(dashboard: Client, pgq_queue: Queue,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    for _ in range(4):
+        pgq_queue.cancel(pgq_queue.enqueue("k", queue="q"))
+    client = dashboard()
+    assert 'id="counts-partial"' not in client.get("/").text
+    assert client.get("/api/queues").json()["last_hour_partial"] is False
+    whole = queries.overview
+    monkeypatch.setattr(queries, "overview", lambda cap=2: whole(cap))
+    page = client.get("/").text
+    assert 'id="counts-partial"' in page and "counted over the newest 50,000 finished jobs only" in page
+    api = client.get("/api/queues").json()
+    assert api["last_hour_partial"] is True and api["counted_over_finished"] == queries.FINISHED_CAP
