@@ -323,8 +323,9 @@ def find_jobs(
     empty_budget_s: float = SEARCH_EMPTY_BUDGET_S,
 ) -> _ops.Operation[JobPage]:
     """The jobs matching `filters` with an id below `before` (None: from the newest), newest first, at
-    most `limit`. With a status that has its own index (INDEXED_STATUSES) one complete statement
-    (sql/dashboard_jobs_indexed.sql); otherwise sql/dashboard_jobs.sql window by window, each window
+    most `limit`. With a status that has its own index (INDEXED_STATUSES): one window of the newest ids,
+    then, if the page is not full, the rest in one complete statement (sql/dashboard_jobs_indexed.sql);
+    otherwise sql/dashboard_jobs.sql window by window, each window
     twice the last up to SEARCH_WINDOW_MAX ids, until the page is full, the oldest job is passed, or
     the time budget is spent: `budget_s` once a match was found, `empty_budget_s` while none was (so
     that a rare match is found in one request over a big history). See JobPage for the cursor."""
@@ -341,22 +342,24 @@ def find_jobs(
         params = {"status": None if filters.status is None else filters.status.value, "queue": filters.queue,
                   "kind": filters.kind, "text": filters.text, "payload": filters.payload,
                   "error_line": filters.error_line}
-        if filters.status in INDEXED_STATUSES:
-            rows = yield _ops.Stmt("dashboard_jobs_indexed", {**params, "high": high, "limit": limit})
-            found = [dict(r) for r in rows]
-            return JobPage(found, int(found[-1]["id"]) if len(found) >= limit else None, now)
-        size = window
+        indexed = filters.status in INDEXED_STATUSES
+        size, windows = window, 0
         while high > low_end:
+            if indexed and windows:
+                # One window of the newest ids did not fill the page: the rest, complete, from the index.
+                rows = yield _ops.Stmt("dashboard_jobs_indexed", {**params, "high": high, "limit": limit - len(found)})
+                found.extend(dict(r) for r in rows)
+                return JobPage(found, int(found[-1]["id"]) if len(found) >= limit else None, now)
             low = max(high - size, low_end)
             window_started = time.monotonic()
             rows = yield _ops.Stmt("dashboard_jobs", {**params, "high": high, "low": low, "limit": limit - len(found)})
             found.extend(dict(r) for r in rows)
             if len(found) >= limit:
                 return JobPage(found, int(found[-1]["id"]), now)
-            high = low
+            high, windows = low, windows + 1
             ended = time.monotonic()
             spent = ended - window_started
-            if ended - started + 2 * spent > (budget_s if found else empty_budget_s):
+            if not indexed and ended - started + 2 * spent > (budget_s if found else empty_budget_s):
                 break
             size = min(size * 2, max(window, SEARCH_WINDOW_MAX))
         more = high > low_end
