@@ -27,8 +27,9 @@ class QueuePage:
 
     `summary`: its overview row (backlog now, finished in the chart's hour, pause state; None when
     the queue has no job waiting, queued or running, is not paused and finished none in the hour).
-    `counts`: jobs per tab; exact for every tab but `cancelled`, which counts among the newest
-    CANCELLED_SCAN finished jobs only when `cancelled_partial` is True. `jobs`: the tab's jobs.
+    `counts`: jobs per tab, exact; `cancelled` is counted on its own tab only (None on the others),
+    among the newest CANCELLED_SCAN finished jobs, partially when `cancelled_partial` is True.
+    `jobs`: the tab's jobs.
     `workers`: registered workers that claim from this queue (or from every queue), and those
     running its jobs now."""
 
@@ -36,7 +37,7 @@ class QueuePage:
     name: str
     summary: queries.QueueSummary | None
     throughput: queries.Throughput
-    counts: dict[str, int]
+    counts: dict[str, int | None]
     cancelled_partial: bool
     tab: str
     jobs: list[dict[str, Any]]
@@ -60,16 +61,18 @@ def queue_page(name: str, tab: str, *, limit: int = 50, cancelled_scan: int = CA
         overview = yield from queries.overview(finished_cap).steps()
         summary = next((q for q in overview.queues if q.name == name), None)
         failed = (yield _ops.Stmt("dashboard_queue_failed_count", {"queue": name}))[0]["failed"]
-        cancelled_rows = yield _ops.Stmt("dashboard_queue_cancelled", {
-            "queue": name, "scan": cancelled_scan, "limit": limit if tab == "cancelled" else 0})
-        first = cancelled_rows[0]
-        cancelled_partial = int(first["scanned"]) >= cancelled_scan
         s = summary or queries.QueueSummary(name)
-        counts = {"ready": s.ready, "scheduled": s.scheduled, "retrying": s.retrying, "running": s.running,
-                  "waiting": s.waiting, "failed": int(failed), "cancelled": int(first["jobs"] or 0)}
+        counts: dict[str, int | None] = {
+            "ready": s.ready, "scheduled": s.scheduled, "retrying": s.retrying, "running": s.running,
+            "waiting": s.waiting, "failed": int(failed), "cancelled": None}
+        cancelled_partial = False
         if tab == "cancelled":
-            jobs = [{k: v for k, v in r.items() if k not in ("scanned", "jobs")}
-                    for r in cancelled_rows if r["id"] is not None]
+            # Only on its own tab: counting them reads up to `cancelled_scan` finished jobs.
+            rows = yield _ops.Stmt("dashboard_queue_cancelled", {"queue": name, "scan": cancelled_scan,
+                                                                 "limit": limit})
+            cancelled_partial = int(rows[0]["scanned"]) >= cancelled_scan
+            counts["cancelled"] = int(rows[0]["jobs"] or 0)
+            jobs = [{k: v for k, v in r.items() if k not in ("scanned", "jobs")} for r in rows if r["id"] is not None]
         else:
             jobs = [dict(r) for r in (yield _ops.Stmt("dashboard_queue_tab", {
                 "queue": name, "tab": tab, "limit": limit}))]

@@ -60,17 +60,20 @@ def _fits(page: Any, selector: str) -> None:
     assert widths[0] <= widths[1], (selector, widths)
 
 
-def _busy_database(queue: Queue) -> None:
+def _busy_database(queue: Queue, db: SQL) -> None:
     for name in ("billing", "mail", "images", "reports-with-a-long-name"):
         queue.enqueue_many([{"kind": "send_email", "queue": name}] * 3)
     for claim in queue.claim(worker="host-a:4242:worker-1", queues=["images"], limit=2):
         queue.fail(claim, "OSError: disk full", final=True)
     queue.enqueue("report", queue="billing", delay=7200)
     queue.pause("billing")
+    db("SELECT pgq.worker_register('host-a:4242:worker-1', 'host-a.example.internal', 4242, "
+       "ARRAY['billing', 'mail', 'images', 'reports-with-a-long-name'], ARRAY['send_email', 'report'], 8, 30, 5, "
+       "'0.2.0')")
 
 
 def test_overview_and_queue_page_fit_and_resume(page: Any, pgq_queue: Queue, db: SQL) -> None:
-    _busy_database(pgq_queue)
+    _busy_database(pgq_queue, db)
     page.goto("/")
     expect(page.locator('tr[data-queue="mail"] td[data-col="ready"]')).to_have_text("3")
     _fits(page, "#queues")
@@ -105,7 +108,7 @@ def test_job_page_run_now_is_audited(page: Any, pgq_queue: Queue, db: SQL) -> No
 
 
 def test_limits_are_edited_and_workers_fit(page: Any, pgq_queue: Queue, db: SQL) -> None:
-    _busy_database(pgq_queue)
+    _busy_database(pgq_queue, db)
     page.goto("/limits")
     form = page.locator("#set-concurrency")
     form.locator('input[name="kind"]').fill("send_email")
@@ -117,4 +120,6 @@ def test_limits_are_edited_and_workers_fit(page: Any, pgq_queue: Queue, db: SQL)
     assert db("SELECT kind, max_running FROM pgq.concurrency_limits") == [{"kind": "send_email", "max_running": 4}]
     page.goto("/workers")
     expect(page.locator("h1")).to_have_text("Workers")
+    expect(page.locator("#workers")).to_contain_text("host-a:4242:worker-1")
+    _fits(page, "#workers")
     page.shot("workers")
