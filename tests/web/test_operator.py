@@ -235,3 +235,25 @@ def test_the_overview_says_plainly_when_its_counts_are_partial(dashboard: Client
     assert 'id="counts-partial"' in page and "counted over the newest 50,000 finished jobs only" in page
     api = client.get("/api/queues").json()
     assert api["last_hour_partial"] is True and api["counted_over_finished"] == queries.FINISHED_CAP
+
+
+def test_the_authenticated_user_of_the_host_app_is_the_actor(pgq_dsn: str, pgq_queue: Queue, db: SQL) -> None:
+    from starlette.authentication import SimpleUser
+    from starlette.testclient import TestClient
+    from starlette.types import ASGIApp, Receive, Scope, Send
+
+    from pgq.web import create_app
+
+    def signed_in(app: ASGIApp) -> ASGIApp:
+        async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] == "http":
+                scope["user"] = SimpleUser("zoe")  # what AuthenticationMiddleware leaves in the scope
+            await app(scope, receive, send)
+        return wrapped
+
+    job_id = pgq_queue.enqueue("k", queue="mail")
+    with TestClient(signed_in(create_app(pgq_dsn, trust_network=True))) as client:
+        assert client.post(f"/api/jobs/{job_id}/cancel", headers=JSON).status_code == 200
+        assert client.post("/api/queues/mail/pause", headers=JSON).status_code == 200
+    assert db("SELECT actor FROM pgq.job_audit") == [{"actor": "dashboard:zoe"}]
+    assert db("SELECT paused_by FROM pgq.paused_queues") == [{"paused_by": "dashboard:zoe"}]
