@@ -194,6 +194,10 @@ def test_limits_are_edited_by_the_admin_only(dashboard: Client, roles: Roles) ->
     bad = admin.post("/limits", data={"csrf_token": token, "limit": "concurrency", "kind": "mail",
                                       "max_running": "-1"})
     assert bad.status_code == 400
+    for form in ({"limit": "rate", "kind": "mail", "rate": "lots"}, {"limit": "nope", "kind": "mail"},
+                 {"limit": "concurrency", "kind": "", "max_running": "2"}):
+        assert admin.post("/limits", data={"csrf_token": token, **form}).status_code == 400, form
+    assert admin.post("/limits", data={"limit": "concurrency", "kind": "mail", "max_running": "7"}).status_code == 403
     limits = admin.get("/api/limits").json()
     assert [(c["kind"], c["max_running"]) for c in limits["concurrency"]] == [("mail", 3)]
 
