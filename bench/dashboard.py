@@ -209,6 +209,13 @@ async def measure(dsn: str, warmup: int, repeat: int) -> list[tuple[str, list[fl
         ("GET /api/jobs/{id}/explain (queued)", f"/api/jobs/{queued}/explain", {}),
         ("GET /jobs/bulk?action=retry&status=failed (count)", "/jobs/bulk?action=retry&status=failed", {}),
     ]
+    if "/queues/{name:path}" in {getattr(r, "path", "") for r in dashboard.routes}:  # the queue page (#44)
+        gets += [
+            ("GET /queues/reports", "/queues/reports", {}),
+            ("GET /queues/reports?tab=failed", "/queues/reports?tab=failed", {}),
+            ("GET /queues/reports?tab=cancelled", "/queues/reports?tab=cancelled", {}),
+            ("GET /api/queues/reports?tab=scheduled", "/api/queues/reports?tab=scheduled", {}),
+        ]
     results: list[tuple[str, list[float]]] = []
     transport = httpx.ASGITransport(app=dashboard)
     json = {"Content-Type": "application/json"}

@@ -10,15 +10,17 @@ import logging
 from typing import Literal
 
 from .. import _ops
+from ..errors import InvalidState, NotFound
 from ..insight import BulkResult
 from ..models import Job
 from . import queries
 from .dashboard import Dashboard
 from .errors import HttpError
 
-__all__ = ["BulkAction", "JobAction", "QueueAction", "bulk_action", "bulk_count", "job_action", "queue_action"]
+__all__ = ["BulkAction", "JobAction", "QueueAction", "bulk_action", "bulk_count", "job_action", "pause_all",
+           "queue_action"]
 
-JobAction = Literal["cancel", "retry"]
+JobAction = Literal["cancel", "retry", "run_now"]
 QueueAction = Literal["pause", "resume"]
 BulkAction = _ops.BulkAction
 
@@ -36,31 +38,77 @@ async def _allowed(dash: Dashboard, action: str) -> None:
         raise HttpError(403, refusal)
 
 
-async def job_action(dash: Dashboard, action: JobAction, job_id: int) -> Job:
-    """Cancel or retry job `job_id`, recorded in pgq.job_audit with the request's actor; return the
-    job as it is after. Raises HttpError 403 (read-only,
-    no right), and pgq's NotFound (404) and InvalidState (409: finished already, not failed, or its
-    dedupe key held by another job)."""
+def _single(action: JobAction, job_id: int, actor: str) -> _ops.Operation[Job]:
+    # The action (pgq's own operation: the one cancel / retry of the CLI and the Python API, or the
+    # run-now update) and its audit row, in one transaction (_ops.audited).
+    def run_now() -> _ops.Steps[Job]:
+        rows = yield _ops.Stmt("dashboard_job_run_now", {"id": job_id})
+        if not rows:
+            current = yield from _ops.get(job_id).steps()
+            if current is None:
+                raise NotFound(job_id)
+            raise InvalidState(job_id, current.status.value, "run now", "only a scheduled job (queued, due "
+                               "later) can be made due now")
+        return Job.from_row(rows[0])
+
+    op = (_ops.Operation("dashboard_job_run_now", run_now) if action == "run_now"
+          else _ops.cancel(job_id) if action == "cancel" else _ops.retry(job_id))
+    return _ops.audited(op, action, job_id, actor)
+
+
+def _logged(actor: str, action: str, what: str, **extra: object) -> None:
+    logger.info("%s: %s %s", actor, action, what, extra={"event": "dashboard_action", "actor": actor,
+                                                        "action": action, **extra})
+
+
+async def job_action(dash: Dashboard, action: JobAction, job_id: int, *, actor: str | None = None) -> Job:
+    """Cancel, retry or run now (make a scheduled job due now) job `job_id`, recording it in
+    pgq.job_audit with `actor` (default: the request's, `Dashboard.current.actor`) in the same
+    transaction; return the job as it is after. Raises HttpError 403 (read-only, no right), and pgq's
+    NotFound (404) and InvalidState (409: finished already, not failed, not scheduled, or its dedupe key
+    held by another job)."""
     await _allowed(dash, action)
     queue = await dash.queue()
-    actor = dash.current.actor
-    op = _ops.cancel(job_id) if action == "cancel" else _ops.retry(job_id)
-    job = await queue._run(_ops.audited(op, action, job_id, actor))
-    logger.info("%s: %s job %d", actor, action, job_id, extra={"event": "dashboard_action", "actor": actor,
-                                                            "action": action, "job_id": job_id})
+    actor = actor or dash.current.actor
+    job = await queue._run(_single(action, job_id, actor))
+    _logged(actor, action, f"job {job_id}", job_id=job_id)
     return job
 
 
-async def queue_action(dash: Dashboard, action: QueueAction, name: str) -> bool:
-    """Pause or resume queue `name`; True if that changed its state. Raises HttpError 403 (read-only,
-    no right)."""
+def _pause(action: QueueAction, name: str, actor: str) -> _ops.Operation[bool]:
+    def steps() -> _ops.Steps[bool]:
+        changed = yield from (_ops.pause(name) if action == "pause" else _ops.resume(name)).steps()
+        if changed and action == "pause":
+            yield _ops.Stmt("dashboard_paused_by", {"queue": name, "actor": actor}, fetch="none")
+        return changed
+
+    return _ops.Operation(f"dashboard_queue_{action}", steps, transaction=True)
+
+
+async def queue_action(dash: Dashboard, action: QueueAction, name: str, *, actor: str | None = None) -> bool:
+    """Pause or resume queue `name`; True if that changed its state. A pause records `actor`
+    (default: the request's) as who paused it (pgq.paused_queues.paused_by), in the same
+    transaction. Raises HttpError 403 (read-only, no right)."""
     await _allowed(dash, action)
     queue = await dash.queue()
-    changed = await (queue.pause(name) if action == "pause" else queue.resume(name))
-    actor = dash.current.actor
-    logger.info("%s: %s queue %r (%s)", actor, action, name, "changed" if changed else "no change",
-                extra={"event": "dashboard_action", "actor": actor, "action": action, "queue": name})
+    actor = actor or dash.current.actor
+    changed = await queue._run(_pause(action, name, actor))
+    _logged(actor, action, f"queue {name!r} ({'changed' if changed else 'no change'})", queue=name)
     return changed
+
+
+async def pause_all(dash: Dashboard, *, actor: str | None = None) -> list[str]:
+    """Pause every queue the overview lists that is not paused yet (each in its own transaction,
+    attributed to `actor`, default: the request's); return the names of those it paused. Raises
+    HttpError 403."""
+    await _allowed(dash, "pause")
+    names = [q.name for q in (await dash.read(queries.overview())).queues if not q.paused]
+    queue = await dash.queue()
+    actor = actor or dash.current.actor
+    paused = [n for n in names if await queue._run(_pause("pause", n, actor))]
+    for name in paused:
+        _logged(actor, "pause", f"queue {name!r} (changed)", queue=name)
+    return paused
 
 
 BULK_COUNT_BUDGET_S = 0.1
@@ -89,9 +137,9 @@ async def bulk_count(dash: Dashboard, action: BulkAction, where: _ops.JobFilter)
 
 
 async def bulk_action(dash: Dashboard, action: BulkAction, *, where: _ops.JobFilter | None = None,
-                      ids: list[int] | None = None) -> BulkResult:
+                      ids: list[int] | None = None, actor: str | None = None) -> BulkResult:
     """Apply `action` to the jobs `ids` (one transaction), or to every job matching `where` (in
-    batches); recorded in pgq.job_audit with the dashboard's actor. Raises HttpError 403 (read-only,
+    batches); recorded in pgq.job_audit with `actor` (default: the dashboard's). Raises HttpError 403 (read-only,
     no right) and InvalidJob (400)."""
     await _allowed(dash, action)
     if ids is None:
@@ -99,7 +147,7 @@ async def bulk_action(dash: Dashboard, action: BulkAction, *, where: _ops.JobFil
         # The rule of Queue.cancel_where (issue 40): no filter at all is refused, not "every job".
         _ops.require_filter(action, where, BULK_CALLER)
     queue = await dash.queue()
-    actor = dash.current.actor
+    actor = actor or dash.current.actor
     if ids is not None:
         return await queue._run(_ops.bulk_ids(action, ids, actor=actor))
     assert where is not None

@@ -1,12 +1,17 @@
 """The JSON API under /api/: the same reads as the pages, and the four actions.
 
     GET  /api/queues                    per queue: backlog, workers, pause state, last hour
-    GET  /api/jobs?queue=&kind=&status=&q=&limit=&cursor=
-                                        newest first; `next_cursor` pages (keyset: see JobPage)
+    GET  /api/jobs?queue=&kind=&status=&q=&payload=&error_line=&limit=&cursor=
+                                        newest first; `next_cursor` pages (keyset: see JobPage);
+                                        `partial`: the time budget ran out before the page was
+                                        full (jobs older than `searched_down_to` not searched)
+    GET  /api/jobs?id=N                 the job N alone (or no job), as the job-id box finds it
     GET  /api/jobs/{id}                 one job, with its parents and children
     GET  /api/jobs/{id}/explain         why it is not running now (pgq.explain): its reasons and facts
     POST /api/jobs/{id}/cancel          -> {"job": ...}
     POST /api/jobs/{id}/retry           -> {"job": ...}
+    POST /api/jobs/{id}/run-now         -> {"job": ...} (a scheduled job made due now)
+    GET  /api/queues/{name}?tab=        one queue: counts per state, pause state, workers, a tab's jobs
     POST /api/queues/{name}/pause       -> {"queue": name, "paused": true, "changed": bool}
     POST /api/queues/{name}/resume      -> {"queue": name, "paused": false, "changed": bool}
     GET  /api/workers, GET /api/limits  the workers and limits pages' data
@@ -26,6 +31,7 @@ from starlette.responses import JSONResponse
 from . import actions, params, queries
 from .dashboard import Dashboard
 from .errors import HttpError
+from .queue_page import CANCELLED_SCAN, TABS, queue_page
 from .security import check_api_request
 from .views import dependencies_json, job_json, job_row_json, jsonable
 
@@ -63,16 +69,38 @@ class Api:
                           "finished_per_minute": q.per_minute, "failed_per_minute": q.failed_per_minute},
         } for q in data.queues]
         return _json({"now": data.now, "minutes": t.minutes, "counted_from": t.counted_from, "queues": queues,
-                      "busy_workers": data.workers})
+                      "busy_workers": data.workers, "last_hour_partial": t.capped,
+                      "counted_over_finished": queries.FINISHED_CAP if t.capped else None})
 
     async def jobs(self, request: Request) -> JSONResponse:
         """`GET /api/jobs`: a page of jobs and the cursor of the next one."""
         query = request.query_params
+        if query.get("id"):
+            job_id = params.job_id(query["id"])
+            detail = await self.dash.read(queries.job_detail(job_id))
+            jobs = [] if detail.job is None else [job_json(detail.job)]
+            return _json({"jobs": jobs, "next_cursor": None, "partial": False})
         filters = params.job_filter(query)
         page = await self.dash.read(queries.find_jobs(
             filters, before=params.cursor(query), limit=params.limit(query, JOBS_PER_PAGE)))
         cursor = None if page.next_cursor is None else str(page.next_cursor)
-        return _json({"jobs": [job_row_json(r) for r in page.jobs], "next_cursor": cursor})
+        return _json({"jobs": [job_row_json(r) for r in page.jobs], "next_cursor": cursor, "partial": page.partial,
+                      "searched_down_to": cursor if page.partial else None})
+
+    async def queue(self, request: Request) -> JSONResponse:
+        """`GET /api/queues/{name}?tab=`: the queue page's data: counts per state (with
+        `cancelled_partial`), pause state, workers serving it, and the jobs of one state tab."""
+        name = params.queue_name(request.path_params["name"])
+        tab = params.tab(request.query_params, TABS)
+        data = await self.dash.read(queue_page(name, tab, limit=params.limit(request.query_params, JOBS_PER_PAGE)))
+        s = data.summary
+        return _json({"now": data.now, "queue": name, "paused": bool(s and s.paused),
+                      "paused_at": s and s.paused_at, "paused_by": s and s.paused_by, "counts": data.counts,
+                      "cancelled_partial": data.cancelled_partial, "counted_over_finished": CANCELLED_SCAN,
+                      "last_hour_partial": data.throughput.capped, "tab": tab,
+                      "jobs": [job_row_json(r) for r in data.jobs],
+                      "workers": [{"worker": w["worker"], "live": w["live"], "running": w["running"]}
+                                  for w in data.workers]})
 
     async def job(self, request: Request) -> JSONResponse:
         """`GET /api/jobs/{id}`: the job and its dependencies (as the job page shows them)."""
@@ -94,14 +122,14 @@ class Api:
         """`POST /api/jobs/{id}/cancel|retry`."""
         self._check(request)
         job_id = params.job_id(request.path_params["job_id"])
-        job = await actions.job_action(self.dash, action, job_id)
+        job = await actions.job_action(self.dash, action, job_id, actor=self.dash.actor(request))
         return _json({"job": job_json(job)})
 
     async def queue_action(self, action: actions.QueueAction, request: Request) -> JSONResponse:
         """`POST /api/queues/{name}/pause|resume`."""
         self._check(request)
         name = params.queue_name(request.path_params["name"])
-        changed = await actions.queue_action(self.dash, action, name)
+        changed = await actions.queue_action(self.dash, action, name, actor=self.dash.actor(request))
         return _json({"queue": name, "paused": action == "pause", "changed": changed})
 
     async def workers(self, request: Request) -> JSONResponse:

@@ -7,7 +7,7 @@ import contextlib
 import functools
 import logging
 import math
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 
 import psycopg
@@ -48,6 +48,7 @@ def create_app(
     pgbouncer: bool = False,
     allowed_hosts: Iterable[str] | None = None,
     trust_network: bool = False,
+    actor: Callable[[Request], str | None] | None = None,
 ) -> Starlette:
     """Build the pgq dashboard: an ASGI app to serve with uvicorn or to mount in your own Starlette or
     FastAPI app (``Mount("/pgq", app=create_app(dsn, auth=...))``: links follow the mount path).
@@ -68,6 +69,10 @@ def create_app(
     against DNS rebinding, which `pgq dashboard` applies in that case; None: any Host.
     `trust_network`: serve without `auth` and without `allowed_hosts`, trusting whatever reaches the
     app (a proxy that authenticates, a private network) to be allowed to cancel jobs and pause queues.
+    `actor`: given a request, the name of its user (None: unknown), recorded as who did each action
+    (pgq.job_audit.actor, pgq.paused_queues.paused_by); without it, or when it returns None, the
+    user of Starlette's AuthenticationMiddleware (``dashboard:<name>``), else ``dashboard:<auth
+    user>`` with `auth`, else ``dashboard``.
 
     Raises PgqError for a bad argument (auth without a colon, refresh_s <= 0, pool_size < 1), and when
     neither `auth`, `allowed_hosts` nor ``trust_network=True`` is given (such a dashboard answers
@@ -93,9 +98,11 @@ def create_app(
     if not isinstance(dsn_or_queue, str | AsyncQueue):
         raise PgqError(f"create_app needs a DSN or an AsyncQueue, got {type(dsn_or_queue).__name__}")
     secret = csrf_secret.encode() if isinstance(csrf_secret, str) else csrf_secret
-    actor = "dashboard" if auth is None else f"dashboard:{auth[0]}"
+    if actor is not None and not callable(actor):
+        raise PgqError(f"actor must be a callable taking the request, got {type(actor).__name__}")
+    default_actor = "dashboard" if auth is None else f"dashboard:{auth[0]}"
     dash = Dashboard(dsn_or_queue, Settings(read_only=read_only, refresh_s=float(refresh_s), title=title, app=app,
-                                            actor=actor),
+                                            actor=default_actor, actor_of=actor),
                      csrf_secret=secret, pool_size=pool_size, pgbouncer=pgbouncer)
     pages, api = Pages(dash), Api(dash)
 
@@ -173,20 +180,27 @@ def _routes(pages: Pages, api: Api) -> list[BaseRoute]:
         Route("/jobs/{job_id}", pages.job),
         Route("/jobs/{job_id}/cancel", p(pages.job_action, "cancel"), methods=post),
         Route("/jobs/{job_id}/retry", p(pages.job_action, "retry"), methods=post),
+        Route("/jobs/{job_id}/run-now", p(pages.job_action, "run_now"), methods=post),
         Route("/queues/pause", p(pages.queue_action, "pause"), methods=post),
+        Route("/queues/pause-all", pages.pause_all, methods=post),
         Route("/queues/resume", p(pages.queue_action, "resume"), methods=post),
+        Route("/queue", pages.queue),
         Route("/queues/{name:path}/pause", p(pages.queue_action, "pause"), methods=post),
         Route("/queues/{name:path}/resume", p(pages.queue_action, "resume"), methods=post),
+        Route("/queues/{name:path}", pages.queue),
         Route("/workers", pages.workers),
         Route("/schedules", pages.schedules),
         Route("/limits", pages.limits),
+        Route("/limits", pages.limit_action, methods=post),
         Route("/api/queues", api.queues),
         Route("/api/jobs", api.jobs),
         Route("/api/jobs/{job_id}", api.job),
         Route("/api/jobs/{job_id}/explain", api.explain),
         Route("/api/jobs/{job_id}/cancel", p(api.job_action, "cancel"), methods=post),
         Route("/api/jobs/{job_id}/retry", p(api.job_action, "retry"), methods=post),
+        Route("/api/jobs/{job_id}/run-now", p(api.job_action, "run_now"), methods=post),
         Route("/api/queues/{name:path}/pause", p(api.queue_action, "pause"), methods=post),
+        Route("/api/queues/{name:path}", api.queue),
         Route("/api/queues/{name:path}/resume", p(api.queue_action, "resume"), methods=post),
         Route("/api/workers", api.workers),
         Route("/api/limits", api.limits),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -12,6 +13,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import PoolTimeout
+from starlette.requests import Request
 
 from .. import _ops
 from ..app import App
@@ -20,7 +22,10 @@ from ..client.common import connection_failure
 from .security import Csrf
 from .views import environment
 
-__all__ = ["ACCESS", "ACCESS_SCOPE_KEY", "APPLICATION_NAME", "Access", "Dashboard", "Settings"]
+__all__ = ["ACCESS", "ACCESS_SCOPE_KEY", "ACTOR_MAX", "APPLICATION_NAME", "Access", "Dashboard", "Settings"]
+
+ACTOR_MAX = 200
+"""Longest actor name recorded; a longer one is cut."""
 
 T = TypeVar("T")
 
@@ -38,8 +43,10 @@ class Settings:
     title: str = "pgq"
     app: App | None = None
     actor: str = "dashboard"
-    """Who the audit of an action names (pgq.job_audit.actor): "dashboard", or with Basic auth
-    "dashboard:<user>"; a request's `Access` (the Django mount's user) names its own."""
+    """Who the audit of an action names (pgq.job_audit.actor, pgq.paused_queues.paused_by) when the
+    request names nobody (see `Dashboard.actor`): "dashboard", or with Basic auth "dashboard:<user>"."""
+    actor_of: Callable[[Request], str | None] | None = None
+    """The host application's way to name the user of a request (create_app's `actor`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +100,26 @@ class Dashboard:
         `read_only_message` for a dashboard started read-only, else its Access's refusal."""
         access = ACCESS.get()
         return read_only_message if self.settings.read_only or access is None else access.refusal
+
+    def actor(self, request: Request) -> str:
+        """Who a request's action is recorded as: the actor of the request's `Access` (the Django
+        mount's user) when it has one, else what the host application's `actor` callable says
+        (a non-empty str), else the authenticated user Starlette's AuthenticationMiddleware put in
+        the scope (``dashboard:<display_name>``), else the settings' actor. At most ACTOR_MAX
+        characters; NUL characters are dropped."""
+        access = ACCESS.get()
+        if access is not None:  # the embedding application (the Django mount) named the user
+            return access.actor
+        name: str | None = None
+        if self.settings.actor_of is not None:
+            name = self.settings.actor_of(request)
+        if not name and "user" in request.scope:
+            user = request.scope["user"]
+            if getattr(user, "is_authenticated", False):
+                name = f"dashboard:{getattr(user, 'display_name', '') or user}"
+        if not isinstance(name, str) or not name.replace("\x00", ""):
+            return self.settings.actor
+        return name.replace("\x00", "")[:ACTOR_MAX]
 
     async def queue(self) -> AsyncQueue:
         """The AsyncQueue of the running event loop: the caller's, or one opened now on the DSN."""

@@ -16,10 +16,12 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from .. import _ops
 from ..models import JobStatus
-from . import actions, chart, params, queries
+from . import actions, chart, limits, params, queries
 from .dashboard import Dashboard
 from .errors import HttpError
+from .queue_page import CANCELLED_SCAN, TABS, queue_page
 from .security import CSRF_FIELD
+from .views import TIME_FACTS, queue_path
 
 __all__ = ["LIVE_HEADER", "Pages", "version"]
 
@@ -35,6 +37,9 @@ _NOTICES = {
     "retry": "Job queued again, with a fresh series of attempts (waiting first for any parent not finished).",
     "pause": "Queue paused: no worker claims its jobs until it is resumed.",
     "resume": "Queue resumed: its ready jobs start again.",
+    "run_now": "Job due now: the next free worker of its queue takes it.",
+    "pause_all": "Every queue is paused: no worker claims a job until they are resumed.",
+    "limits": "Limit saved: claims that start from now on apply it.",
 }
 """The notices a page shows after an action (`?done=<key>`): fixed texts, nothing of the URL in them,
 so a link of another site cannot make the dashboard say what it likes."""
@@ -103,12 +108,16 @@ class Pages:
         sparklines = {q.name: chart.sparkline(q.per_minute, q.failed_per_minute, t.minutes) for q in data.queues}
         can_pause = not self.dash.current.read_only and data.rights.pause
         return self.render(request, "overview.html", live="_overview.html", section="overview", overview=data,
-                           now=data.now, chart=chart.throughput_chart(t), sparklines=sparklines, can_pause=can_pause)
+                           now=data.now, chart=chart.throughput_chart(t), sparklines=sparklines, can_pause=can_pause,
+                           finished_cap=queries.FINISHED_CAP)
 
     async def jobs(self, request: Request) -> Response:
         """`/jobs`: the filter form and a page of matching jobs, newest first, with the selection of bulk
         actions; for the failed filter, the dead-letter groups (kind and error) first."""
         query = request.query_params
+        if query.get("id", "").strip():
+            job_id = params.job_id(query["id"].strip().lstrip("#"))
+            return RedirectResponse(f"{base_path(request)}/jobs/{job_id}", status_code=303)
         filters = params.job_filter(query)
         cursor = params.cursor(query)
         limit = params.limit(query, JOBS_PER_PAGE)
@@ -156,7 +165,7 @@ class Pages:
         action = _bulk_action(last.get("action", ""))
         if last.get("all") == "1":
             filters = params.job_filter(last)
-            result = await actions.bulk_action(self.dash, action, where=filters.bulk())
+            result = await actions.bulk_action(self.dash, action, where=filters.bulk(), actor=self.dash.actor(request))
         else:
             filters = params.job_filter({})
             ids = [params.job_id(i) for i in fields.get("id", [])]
@@ -164,7 +173,7 @@ class Pages:
                 raise HttpError(400, "select at least one job")
             if len(ids) > _ops.BULK_IDS_MAX:
                 raise HttpError(400, f"select at most {_ops.BULK_IDS_MAX} jobs (or apply to all matching)")
-            result = await actions.bulk_action(self.dash, action, ids=ids)
+            result = await actions.bulk_action(self.dash, action, ids=ids, actor=self.dash.actor(request))
         return self.render(request, "bulk.html", section="jobs", action=action, filters=filters,
                            described=None, count=result.matched, count_complete=True, refusal=None, result=result,
                            filter_params={})
@@ -178,7 +187,26 @@ class Pages:
             raise HttpError(404, f"job {job_id} not found")
         return self.render(request, "job.html", live="_job.html", section="jobs", job=detail.job,
                            deps=detail.dependencies, now=detail.now, rights=detail.rights,
-                           explanation=detail.explanation)
+                           explanation=detail.explanation, blockers=detail.blockers, audit=detail.audit,
+                           time_facts=TIME_FACTS)
+
+    async def queue(self, request: Request) -> Response:
+        """`/queues/{name}` (or `/queue?name=`, for a name a browser would rewrite in a path): the
+        queue's counts, chart, workers, pause / resume, and its jobs by state in tabs (`?tab=`)."""
+        raw = request.path_params.get("name")
+        name = params.queue_name(raw if raw is not None else request.query_params.get("name", ""))
+        tab = params.tab(request.query_params, TABS)
+        data = await self.dash.read(queue_page(name, tab))
+        s = data.summary or queries.QueueSummary(name)
+        t = data.throughput
+        finished = [a - b for a, b in zip(s.per_minute, s.failed_per_minute, strict=True)]
+        own = queries.Throughput(t.minutes, finished, s.failed_per_minute, [0] * len(t.minutes), t.counted_from,
+                                 t.capped)
+        can_act = not self.dash.settings.read_only
+        return self.render(request, "queue.html", live="_queue.html", section="overview", data=data, q=s,
+                           now=data.now, chart=chart.throughput_chart(own), tabs=TABS,
+                           can_pause=can_act and data.rights.pause, can_bulk=False,
+                           finished_cap=queries.FINISHED_CAP, cancelled_scan=CANCELLED_SCAN)
 
     async def workers(self, request: Request) -> Response:
         """`/workers`: every registered worker (idle ones too) and those holding jobs, and the running jobs."""
@@ -197,7 +225,9 @@ class Pages:
     async def limits(self, request: Request) -> Response:
         """`/limits`: concurrency and rate limits with their use now."""
         data = await self.dash.read(queries.limits())
-        return self.render(request, "limits.html", section="limits", data=data, now=data.now)
+        rights = await self.dash.read(queries.rights())
+        can_edit = not self.dash.settings.read_only and rights.refusal("limits") is None
+        return self.render(request, "limits.html", section="limits", data=data, now=data.now, can_edit=can_edit)
 
     # -- form actions ----------------------------------------------------------------------------------
 
@@ -205,7 +235,7 @@ class Pages:
         """`POST /jobs/{id}/cancel|retry` from the job page's form: then back to the job page."""
         await self._check_form(request)
         job_id = params.job_id(request.path_params["job_id"])
-        await actions.job_action(self.dash, action, job_id)
+        await actions.job_action(self.dash, action, job_id, actor=self.dash.actor(request))
         return RedirectResponse(f"{base_path(request)}/jobs/{job_id}?done={action}", status_code=303)
 
     async def queue_action(self, action: actions.QueueAction, request: Request) -> Response:
@@ -217,8 +247,25 @@ class Pages:
             name = params.queue_name(request.path_params["name"])
         else:
             name = params.queue_name((fields.get("queue") or [""])[-1])
-        await actions.queue_action(self.dash, action, name)
+        await actions.queue_action(self.dash, action, name, actor=self.dash.actor(request))
+        if (fields.get("back") or [""])[-1] == "queue":
+            path = queue_path(name)
+            joiner = "&" if "?" in path else "?"
+            return RedirectResponse(f"{base_path(request)}{path}{joiner}done={action}", status_code=303)
         return RedirectResponse(f"{base_path(request)}/?done={action}", status_code=303)
+
+    async def pause_all(self, request: Request) -> Response:
+        """`POST /queues/pause-all` from the overview: pause every queue listed, then back there."""
+        await self._check_form(request)
+        await actions.pause_all(self.dash, actor=self.dash.actor(request))
+        return RedirectResponse(f"{base_path(request)}/?done=pause_all", status_code=303)
+
+    async def limit_action(self, request: Request) -> Response:
+        """`POST /limits` from the limits page's forms (admin only): set or remove a kind's concurrency,
+        rate or group limits (`limits.apply_form` reads the fields), then back to the limits page."""
+        fields = await self._check_form(request)
+        await limits.apply_form(self.dash, {k: v[-1] for k, v in fields.items()})
+        return RedirectResponse(f"{base_path(request)}/limits?done=limits", status_code=303)
 
     async def _check_form(self, request: Request, *, max_bytes: int = 0,
                           max_fields: int = 0) -> dict[str, list[str]]:

@@ -14,7 +14,7 @@ from .errors import HttpError
 from .queries import JobFilter
 
 __all__ = ["BIGINT_MAX", "MAX_LIMIT", "MAX_TEXT", "cursor", "error_line", "job_filter", "job_id", "limit", "payload",
-           "queue_name"]
+           "queue_name", "tab"]
 
 BIGINT_MAX = 2**63 - 1
 MAX_LIMIT = 500
@@ -139,3 +139,13 @@ def cursor(params: Mapping[str, str]) -> int | None:
     or empty (the first page)."""
     text = params.get("cursor", "")
     return None if text == "" else _positive_int("cursor (the next_cursor of a previous page)", text)
+
+
+def tab(params: Mapping[str, str], tabs: tuple[str, ...]) -> str:
+    """Query parameter `tab`: one of `tabs` (the first when absent or empty); 400 otherwise."""
+    text = params.get("tab", "")
+    if text == "":
+        return tabs[0]
+    if text not in tabs:
+        raise HttpError(400, f"unknown tab {_shown(text)} (expected one of: {', '.join(tabs)})")
+    return text

@@ -27,7 +27,9 @@ __all__ = [
     "FINISHED_CAP",
     "MINUTES",
     "SEARCH_BUDGET_S",
+    "SEARCH_EMPTY_BUDGET_S",
     "SEARCH_WINDOW",
+    "SEARCH_WINDOW_MAX",
     "JobDetail",
     "JobFilter",
     "JobPage",
@@ -60,6 +62,13 @@ FINISHED_CAP = 50_000
 SEARCH_WINDOW = 25_000
 """The job search reads jobs_pkey in ranges of this many ids per statement (dashboard_jobs.sql): 5 to
 15 ms each on a table of a million jobs, so that the time budget below is kept to within one."""
+
+SEARCH_WINDOW_MAX = 400_000
+"""The search's windows double from SEARCH_WINDOW up to this many ids (one statement each)."""
+
+SEARCH_EMPTY_BUDGET_S = 1.5
+"""While a search has found nothing it goes on for up to this many seconds (then answers with
+`partial` set): a rare match over a long history is found in one request, not page by page."""
 
 SEARCH_BUDGET_S = 0.07
 """A job search starts no window that would, taking as long as the last one did, end past this many
@@ -101,11 +110,14 @@ class Rights:
     pause: bool
 
     def refusal(self, action: str) -> str | None:
-        """Why the role may not do `action` ("cancel", "retry", "delete", "pause" or "resume"); None if it
-        may."""
-        if action in ("cancel", "retry", "delete") and not self.change_jobs:
+        """Why the role may not do `action` ("cancel", "retry", "delete", "run_now", "limits", "pause" or
+        "resume"); None if it may."""
+        if action in ("cancel", "retry", "delete", "run_now") and not self.change_jobs:
             return (f"the database role {self.role!r} may not cancel or retry jobs: that takes pgq's admin "
                     "role (pgq_admin by default; see `pgq roles`)")
+        if action == "limits" and not self.change_jobs:
+            return (f"the database role {self.role!r} may not change limits from the dashboard: that takes pgq's "
+                    "admin role (pgq_admin by default; see `pgq roles`)")
         if action in ("pause", "resume") and not self.pause:
             return (f"the database role {self.role!r} may not pause or resume queues: that takes pgq's admin "
                     "role (pgq_admin by default; see `pgq roles`)")
@@ -286,13 +298,19 @@ class JobFilter:
 @dataclass(frozen=True, slots=True)
 class JobPage:
     """One page of a job search, newest first. `next_cursor`: pass it as `before` to get the next page
-    (older jobs); None when the search reached the oldest job. The page may hold fewer than the limit,
-    even none, and still have a next cursor: the search stopped at its time budget, having looked at
-    every job with an id from `next_cursor` up."""
+    (older jobs); None when the search reached the oldest job. `partial`: the search stopped at its
+    time budget before filling the page, having looked at every job with an id from `next_cursor`
+    up and none below: the page may hold fewer than the limit, even none, and older jobs may match."""
 
     jobs: list[dict[str, Any]]
     next_cursor: int | None
     now: dt.datetime
+    partial: bool = False
+
+
+INDEXED_STATUSES = frozenset({JobStatus.WAITING, JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.FAILED})
+"""Statuses with a partial index of their own: a search by one of them is complete in one statement
+(sql/dashboard_jobs_indexed.sql)."""
 
 
 def find_jobs(
@@ -302,9 +320,15 @@ def find_jobs(
     limit: int,
     window: int = SEARCH_WINDOW,
     budget_s: float = SEARCH_BUDGET_S,
+    empty_budget_s: float = SEARCH_EMPTY_BUDGET_S,
 ) -> _ops.Operation[JobPage]:
     """The jobs matching `filters` with an id below `before` (None: from the newest), newest first, at
-    most `limit` (sql/dashboard_jobs.sql, window by window; see JobPage for the cursor)."""
+    most `limit`. With a status that has its own index (INDEXED_STATUSES): one window of the newest ids,
+    then, if the page is not full, the rest in one complete statement (sql/dashboard_jobs_indexed.sql);
+    otherwise sql/dashboard_jobs.sql window by window, each window
+    twice the last up to SEARCH_WINDOW_MAX ids, until the page is full, the oldest job is passed, or
+    the time budget is spent: `budget_s` once a match was found, `empty_budget_s` while none was (so
+    that a rare match is found in one request over a big history). See JobPage for the cursor."""
 
     def steps() -> _ops.Steps[JobPage]:
         now = yield from _guard()
@@ -318,18 +342,28 @@ def find_jobs(
         params = {"status": None if filters.status is None else filters.status.value, "queue": filters.queue,
                   "kind": filters.kind, "text": filters.text, "payload": filters.payload,
                   "error_line": filters.error_line}
+        indexed = filters.status in INDEXED_STATUSES
+        size, windows = window, 0
         while high > low_end:
-            low = max(high - window, low_end)
+            if indexed and windows:
+                # One window of the newest ids did not fill the page: the rest, complete, from the index.
+                rows = yield _ops.Stmt("dashboard_jobs_indexed", {**params, "high": high, "limit": limit - len(found)})
+                found.extend(dict(r) for r in rows)
+                return JobPage(found, int(found[-1]["id"]) if len(found) >= limit else None, now)
+            low = max(high - size, low_end)
             window_started = time.monotonic()
             rows = yield _ops.Stmt("dashboard_jobs", {**params, "high": high, "low": low, "limit": limit - len(found)})
             found.extend(dict(r) for r in rows)
             if len(found) >= limit:
                 return JobPage(found, int(found[-1]["id"]), now)
-            high = low
+            high, windows = low, windows + 1
             ended = time.monotonic()
-            if ended - started + (ended - window_started) > budget_s:
+            spent = ended - window_started
+            if not indexed and ended - started + 2 * spent > (budget_s if found else empty_budget_s):
                 break
-        return JobPage(found, high if high > low_end else None, now)
+            size = min(size * 2, max(window, SEARCH_WINDOW_MAX))
+        more = high > low_end
+        return JobPage(found, high if more else None, now, partial=more)
 
     return _read("dashboard_jobs", steps)
 
@@ -348,22 +382,45 @@ class JobDetail:
     now: dt.datetime
     rights: Rights
     explanation: Explanation | None = None
+    blockers: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """The jobs explain names as blocking it (parents, holders, a sequence's head), by id: status and times."""
+    audit: list[dict[str, Any]] = field(default_factory=list)
+    """The actions recorded on it in pgq.job_audit (single and bulk), newest first, at most 20."""
+
+
+def blocker_ids(explanation: Explanation | None) -> list[int]:
+    """The ids of the jobs `explanation`'s reasons name as blocking (at most 50)."""
+    ids: list[int] = []
+    for reason in explanation.reasons if explanation is not None else ():
+        for key in ("holders", "parents", "held_by"):
+            value = reason.facts.get(key)
+            for item in value if isinstance(value, list) else [value]:
+                if isinstance(item, int) and not isinstance(item, bool) and item not in ids:
+                    ids.append(item)
+    return ids[:50]
 
 
 def job_detail(job_id: int) -> _ops.Operation[JobDetail]:
     """One job (sql/job_get.sql, through pgq's own `get`), its dependencies (sql/job_dependencies.sql,
-    through `dependencies`: at most DEPENDENCIES_SHOWN a side) and why it is not running
-    (sql/job_explain.sql), with the clock and the rights."""
+    through `dependencies`: at most DEPENDENCIES_SHOWN a side), why it is not running
+    (sql/job_explain.sql) with the state of each job named as blocking it (sql/dashboard_job_states.sql),
+    its audit (sql/dashboard_job_audit.sql), the clock and the rights."""
 
     def steps() -> _ops.Steps[JobDetail]:
         now = yield from _guard()
         who = yield from _rights()
         job = yield from _ops.get(job_id, decoded=False).steps()
         deps = explanation = None
+        blockers: dict[int, dict[str, Any]] = {}
+        audit: list[dict[str, Any]] = []
         if job is not None:
             deps = yield from _ops.dependencies(job_id, limit=DEPENDENCIES_SHOWN).steps()
             explanation = Explanation.from_rows(job_id, (yield _ops.Stmt("job_explain", {"id": job_id})))
-        return JobDetail(job, deps, now, who, explanation)
+            ids = blocker_ids(explanation)
+            if ids:
+                blockers = {int(r["id"]): dict(r) for r in (yield _ops.Stmt("dashboard_job_states", {"ids": ids}))}
+            audit = [dict(r) for r in (yield _ops.Stmt("dashboard_job_audit", {"id": job_id}))]
+        return JobDetail(job, deps, now, who, explanation, blockers, audit)
 
     return _read("dashboard_job", steps)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlencode
@@ -18,8 +19,23 @@ from ..cli import render
 from ..cli.render import dependencies_json
 from ..models import Job, JobStatus, jsonable
 
-__all__ = ["NONE_SHOWN", "dependencies_json", "environment", "format_age", "format_duration", "format_relative",
-           "format_time", "format_window", "job_json", "job_row_json", "jsonable", "pretty_json"]
+__all__ = [
+    "NONE_SHOWN",
+    "dependencies_json",
+    "environment",
+    "fact_time",
+    "format_age",
+    "format_duration",
+    "format_relative",
+    "format_time",
+    "format_window",
+    "job_json",
+    "job_row_json",
+    "jsonable",
+    "pretty_json",
+    "progress_fraction",
+    "queue_path",
+]
 
 NONE_SHOWN = "\u2013"
 """What a missing value is shown as: an en dash."""
@@ -75,6 +91,53 @@ def _query(params: Mapping[str, Any]) -> str:
     return urlencode({k: v for k, v in params.items() if v not in (None, "")})
 
 
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_~@:-][A-Za-z0-9_~@:.-]*")
+
+
+def queue_path(name: str) -> str:
+    """The path of queue `name`'s page below the dashboard's base: ``/queues/<name>`` for a plain name
+    (letters, digits, ``_~@:-.``, not starting with a dot), else ``/queue?name=<name>``: a name with
+    a slash, a dot segment or a percent sign could be rewritten by a browser or a proxy on the way."""
+    if _PLAIN_NAME.fullmatch(name):
+        return "/queues/" + name
+    return "/queue?" + urlencode({"name": name})
+
+
+TIME_FACTS = ("run_at", "until", "paused_at", "lease_expires_at", "started_at", "finished_at")
+"""The facts of pgq.explain that are timestamps (ISO 8601 text in its JSON)."""
+
+
+def fact_time(value: Any) -> dt.datetime | None:
+    """A timestamp fact of pgq.explain (ISO 8601 text) as a datetime; None for anything else."""
+    if not isinstance(value, str):
+        return None
+    try:
+        when = dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
+
+
+def progress_fraction(progress: Any) -> float | None:
+    """The fraction done (0..1) a job's progress reports, for a bar: a number field `pct` or
+    `percent` (0..100), `fraction` (0..1), or `done` / `current` out of `total`; None otherwise."""
+    if not isinstance(progress, Mapping):
+        return None
+
+    def number(key: str) -> float | None:
+        value = progress.get(key)
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    pct = number("pct") if number("pct") is not None else number("percent")
+    fraction = pct / 100 if pct is not None else number("fraction")
+    if fraction is None:
+        done, total = number("done") if number("done") is not None else number("current"), number("total")
+        fraction = done / total if done is not None and total else None
+    if fraction is None or fraction != fraction:
+        return None
+    return min(max(fraction, 0.0), 1.0)
+
+
 def environment() -> jinja2.Environment:
     """The templates' environment: pgq/web/templates, HTML autoescaped, undefined names raising."""
     env = jinja2.Environment(
@@ -86,7 +149,8 @@ def environment() -> jinja2.Environment:
     )
     env.filters.update(age=format_age, relative=format_relative, time=format_time, pretty=pretty_json,
                        first_line=_first_line, query=_query, duration=format_duration,
-                       window=format_window)
+                       window=format_window, queue_path=queue_path,
+                       fact_time=fact_time, fraction=progress_fraction)
     env.policies["json.dumps_function"] = _tojson
     return env
 

@@ -100,9 +100,13 @@ def test_a_definition_is_stored_once() -> None:
         seen[text] = path
 
 
-@pytest.mark.parametrize("revision", [f"{r:04d}" for r in range(2, int(migrate.head_revision()) + 1)])
+_CHAIN = sorted({p.name[:4] for p in (SQL / "schema").glob("[0-9][0-9][0-9][0-9]_*.up.sql")})
+"""The revisions in order (numbers may skip: a branch's revision is renumbered when it lands)."""
+
+
+@pytest.mark.parametrize("revision", _CHAIN[1:])
 def test_each_downgrade_restores_the_schema_of_the_revision_below(pgq_empty_dsn: str, revision: str) -> None:
-    below = f"{int(revision) - 1:04d}"
+    below = _CHAIN[_CHAIN.index(revision) - 1]
     migrate.upgrade(pgq_empty_dsn, below)
     expected = schema_snapshot(pgq_empty_dsn)
     migrate.upgrade(pgq_empty_dsn, revision)

@@ -271,13 +271,19 @@ def test_every_queue_name_gets_forms_that_post_for_that_queue(dashboard: Client,
     assert paused == (set(HOSTILE_NAMES) if action == "pause" else set())
 
 
-def test_queue_links_carry_the_name_in_the_query(dashboard: Client, pgq_queue: Queue) -> None:
+def test_queue_links_lead_to_that_queues_page(dashboard: Client, pgq_queue: Queue) -> None:
     for name in HOSTILE_NAMES:
         pgq_queue.enqueue("k", queue=name)
     client = dashboard()
-    links = [unescape(h) for h in re.findall(r'href="([^"]*/jobs\?queue=[^"]*)"', client.get("/").text)]
-    found = {urllib.parse.parse_qs(urllib.parse.urlsplit(urljoin("http://testserver/", h)).query)["queue"][0]
-             for h in links}
+    links = [unescape(h) for h in re.findall(r'<td class="name"><a href="([^"]*/queues?[/?][^"]*)"',
+                                             client.get("/").text)]
+    assert len(links) == len(HOSTILE_NAMES)
+    found = set()
+    for link in links:
+        # As a browser would: resolve against the page's URL (dot segments removed).
+        answer = client.get(urljoin("http://testserver/", link))
+        assert answer.status_code == 200, (link, answer.text[:200])
+        found.add(unescape(re.search(r'<h1>Queue <span class="mono">(.*?)</span>', answer.text, re.S).group(1)))
     assert found == set(HOSTILE_NAMES)
 
 

@@ -233,7 +233,8 @@ def test_workers_page_lists_idle_registered_workers_and_busy_ones(dashboard: Cli
     ids = pgq_queue.enqueue_many([{"kind": "charge", "queue": "billing"}] * 2)
     pgq_queue.claim(worker="busy-1", limit=2)
     page = dashboard().get("/workers").text
-    rows = re.findall(r"<tr[^>]*>\s*<td class=\"mono\">([^<]+)</td>\s*<td>(.*?)</td>", page, flags=re.S)
+    rows = re.findall(r"<tr[^>]*>\s*<td class=\"mono worker-cell\">([^<]+)<div.*?</td>\s*<td>(.*?)</td>", page,
+                      flags=re.S)
     assert [(name, re.sub(r"<[^>]+>", "", state)) for name, state in rows] == [("busy-1", "busy"), ("idle-1", "idle")]
     assert all(f'href="/jobs/{i}"' in page for i in ids)
     assert "all queues" in page and "box:7" in page

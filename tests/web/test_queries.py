@@ -105,7 +105,7 @@ def test_job_search_windows_and_budget_list_every_match_once(pgq_dsn: str, pgq_q
     empty_pages = 0
     for _ in range(100):
         page = read(pgq_dsn, queries.find_jobs(queries.JobFilter(kind="x"), before=cursor, limit=3, window=4,
-                                               budget_s=0.0))
+                                               budget_s=0.0, empty_budget_s=0.0))
         found += [j["id"] for j in page.jobs]
         empty_pages += not page.jobs
         if page.next_cursor is None:

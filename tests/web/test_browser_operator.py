@@ -1,0 +1,125 @@
+"""Issue #44's pages in Chromium at 1024 and 1440 px: the overview's queue table fits its card (Pause
+in view), a queue page with its tabs and resume, the job page's run now with its audit, limits
+editing, and the workers page. One test per page and action, each at both widths, a screenshot of
+each under $PGQ_TEST_ARTIFACTS (see test_browser.py), and no console error."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from pgq import Queue
+from tests.conftest import SQL
+
+from .test_browser import (  # noqa: F401 - the fixtures, shared
+    PASSWORD,
+    TIMEOUT_MS,
+    USER,
+    artifacts,
+    browser,
+    expect,
+    pytestmark,
+    server,
+)
+
+WIDTHS = [1024, 1440]
+
+
+@pytest.fixture(params=WIDTHS, ids=lambda w: f"{w}px")
+def page(browser: Any, server: str, request: pytest.FixtureRequest) -> Iterator[Any]:  # noqa: F811
+    """A logged-in page `param` px wide; saves a screenshot named after the test and width, and fails
+    the test if the page logged an error."""
+    context = browser.new_context(base_url=server, http_credentials={"username": USER, "password": PASSWORD},
+                                  viewport={"width": request.param, "height": 900})
+    context.set_default_timeout(TIMEOUT_MS)
+    tab = context.new_page()
+    errors: list[str] = []
+    tab.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    tab.on("pageerror", lambda error: errors.append(str(error)))
+    tab.on("dialog", lambda dialog: dialog.accept())
+
+    def shot(name: str) -> None:
+        path = artifacts() / f"{name}-{request.param}px.png"
+        tab.screenshot(path=str(path), full_page=True)
+        print(f"screenshot: {path}")
+
+    tab.shot = shot  # type: ignore[attr-defined]
+    try:
+        yield tab
+    finally:
+        shot(f"{request.node.originalname}-end")  # where the test stopped, passed or not
+        context.close()
+    assert errors == [], errors
+
+
+def _fits(page: Any, selector: str) -> None:
+    """The element is no wider than the card holding it: nothing clipped or scrolled sideways."""
+    widths = page.eval_on_selector(selector, "e => [e.scrollWidth, e.closest('.card').clientWidth]")
+    assert widths[0] <= widths[1], (selector, widths)
+
+
+def _busy_database(queue: Queue, db: SQL) -> None:
+    for name in ("billing", "mail", "images", "reports-with-a-long-name"):
+        queue.enqueue_many([{"kind": "send_email", "queue": name}] * 3)
+    for claim in queue.claim(worker="host-a:4242:worker-1", queues=["images"], limit=2):
+        queue.fail(claim, "OSError: disk full", final=True)
+    queue.enqueue("report", queue="billing", delay=7200)
+    queue.pause("billing")
+    db("SELECT pgq.worker_register('host-a:4242:worker-1', 'host-a.example.internal', 4242, "
+       "ARRAY['billing', 'mail', 'images', 'reports-with-a-long-name'], ARRAY['send_email', 'report'], 8, 30, 5, "
+       "'0.2.0')")
+
+
+def test_overview_and_queue_page_fit_and_resume(page: Any, pgq_queue: Queue, db: SQL) -> None:
+    _busy_database(pgq_queue, db)
+    page.goto("/")
+    expect(page.locator('tr[data-queue="mail"] td[data-col="ready"]')).to_have_text("3")
+    _fits(page, "#queues")
+    expect(page.locator('tr[data-queue="mail"] button:has-text("Pause")')).to_be_in_viewport()
+    page.shot("overview")
+
+    page.click('tr[data-queue="billing"] td.name a')
+    expect(page.locator("h1")).to_contain_text("billing")
+    expect(page.locator("#paused-banner")).to_contain_text("Paused")
+    expect(page.locator('[data-tab="ready"] .count')).to_have_text("3")
+    page.click('[data-tab="scheduled"]')
+    expect(page.locator("#queue-jobs tr[data-job-id]")).to_have_count(1)
+    _fits(page, "#queue-jobs .table")
+    page.shot("queue")
+    page.click('#queue-pause button:has-text("Resume")')
+    expect(page.locator(".notice")).to_contain_text("Queue resumed")
+    expect(page.locator("h1")).to_contain_text("billing")
+    assert db("SELECT count(*) AS n FROM pgq.paused_queues") == [{"n": 0}]
+
+
+def test_job_page_run_now_is_audited(page: Any, pgq_queue: Queue, db: SQL) -> None:
+    job_id = pgq_queue.enqueue("report", queue="billing", delay=7200)
+    db("UPDATE pgq.jobs SET progress = '{\"pct\": 62.5, \"step\": \"render\"}' WHERE id = %s", [job_id])
+    page.goto(f"/jobs/{job_id}")
+    expect(page.locator('[data-fact="run_at"]')).to_contain_text("in ")
+    expect(page.locator('[data-field="progress-bar"]')).to_be_visible()
+    page.click("#run-now")
+    expect(page.locator(".notice")).to_contain_text("Job due now")
+    expect(page.locator('[data-field="actor"]').first).to_have_text(f"dashboard:{USER}")
+    page.shot("job")
+    assert db("SELECT action, actor FROM pgq.job_audit") == [{"action": "run_now", "actor": f"dashboard:{USER}"}]
+
+
+def test_limits_are_edited_and_workers_fit(page: Any, pgq_queue: Queue, db: SQL) -> None:
+    _busy_database(pgq_queue, db)
+    page.goto("/limits")
+    form = page.locator("#set-concurrency")
+    form.locator('input[name="kind"]').fill("send_email")
+    form.locator('input[name="max_running"]').fill("4")
+    form.locator("button").click()
+    expect(page.locator(".notice")).to_contain_text("Limit saved")
+    expect(page.locator("#concurrency-limits")).to_contain_text("send_email")
+    page.shot("limits")
+    assert db("SELECT kind, max_running FROM pgq.concurrency_limits") == [{"kind": "send_email", "max_running": 4}]
+    page.goto("/workers")
+    expect(page.locator("h1")).to_have_text("Workers")
+    expect(page.locator("#workers")).to_contain_text("host-a:4242:worker-1")
+    _fits(page, "#workers")
+    page.shot("workers")
