@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 
 from pgq import migrate
-from pgq._sql import schema_file
+from pgq._schema import schema_file
 
 
 def query(dsn: str, statement: str) -> list[tuple[Any, ...]]:
