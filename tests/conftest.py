@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -94,3 +95,16 @@ def django_dsn(pgq_server: Server, pgq_template_dsn: str) -> Iterator[str]:
             yield dsn
         finally:
             connections.close_all()
+
+
+@pytest.fixture
+def default_recursion_limit() -> Iterator[None]:
+    """Python's default recursion limit (1000) for the test: what a value nested past it does in pgq
+    (a RecursionError that pgq turns into its own error) is only seen below it, and a library another
+    test used may have raised it (Hypothesis raises it while a property runs)."""
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)

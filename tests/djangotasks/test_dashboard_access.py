@@ -14,6 +14,9 @@ import pytest
 
 from .test_backend import project
 
+# A value nested past Python's default recursion limit is what these tests feed pgq.
+pytestmark = pytest.mark.usefixtures("default_recursion_limit")
+
 __all__ = ["project"]
 
 

@@ -44,7 +44,7 @@ def test_the_client_refuses_a_payload_nested_past_the_bound_before_sending(pgq_d
 
 def test_the_database_refusal_is_an_invalid_job(pgq_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import pgq.models
-    monkeypatch.setattr(pgq.models, "check_depth", lambda what, text: None)  # a client without the check
+    monkeypatch.setattr(pgq.bounds, "check_depth", lambda what, text: None)  # a client without the check
     with pgq.Queue(pgq_dsn) as queue, pytest.raises(InvalidJob, match="nests deeper than 64 levels"):
         queue.enqueue("k", nested(MAX_JSON_DEPTH + 1))
 

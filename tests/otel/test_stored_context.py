@@ -16,6 +16,9 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 import pgq.otel
 from pgq.otel import carrier_of
 
+# A value nested past Python's default recursion limit is what these tests feed pgq.
+pytestmark = pytest.mark.usefixtures("default_recursion_limit")
+
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 

@@ -3,9 +3,14 @@ API answer, saying what cannot be shown, instead of a 500 (issue #46)."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import SQL
 
 from .conftest import Client
+
+# A value nested past Python's default recursion limit is what these tests feed pgq.
+pytestmark = pytest.mark.usefixtures("default_recursion_limit")
 
 DEEP = "[" * 5000 + "]" * 5000
 

@@ -19,6 +19,9 @@ from pgq.bounds import UndecodableJob
 
 from .conftest import DB, async_wait_for, run_worker_until
 
+# A value nested past Python's default recursion limit is what these tests feed pgq.
+pytestmark = pytest.mark.usefixtures("default_recursion_limit")
+
 DEEP = "[" * 5000 + "]" * 5000
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
