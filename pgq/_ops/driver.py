@@ -102,6 +102,14 @@ async def configure_connection_async(conn: psycopg.AsyncConnection[Any]) -> None
             await conn.commit()
 
 
+def install_loaders(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> None:
+    """Make `cur` decode jsonb as pgq does (a value too deep for Python's json becomes a
+    `pgq.bounds.Undecodable`, never an exception), whatever its connection's loaders: for a cursor
+    on a connection that is not pgq's (the Django backend's)."""
+    cur.adapters.register_loader("jsonb", _JsonbBinaryLoader)
+    cur.adapters.register_loader("jsonb", _JsonbTextLoader)
+
+
 def _cursor_adapters(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> None:
     # On the cursor, not the connection: a connection from a caller's pool keeps its own loaders.
     # Connections of pgq's own pools have them already (configure_connection).

@@ -10,7 +10,8 @@ from typing import Any, cast
 
 import psycopg
 from django.db import Error as DjangoDatabaseError
-from psycopg.types.json import JsonbBinaryLoader, JsonbLoader
+
+from ..._ops.driver import install_loaders
 
 __all__ = ["django_cursor"]
 
@@ -63,8 +64,7 @@ def django_cursor(wrapper: Any) -> Iterator[psycopg.Cursor[Any]]:
     for pgq's statements (server-side binding, jsonb decoded as pgq does, where Django loads it as
     text for its JSONField), whose statements Django records and hooks as its own; closed on exit."""
     raw = _RawCursor(wrapper.connection)
-    raw.adapters.register_loader("jsonb", JsonbLoader)
-    raw.adapters.register_loader("jsonb", JsonbBinaryLoader)
+    install_loaders(raw)  # pgq's: a value too deep for Python decodes as pgq.bounds.Undecodable
     try:
         yield cast(psycopg.Cursor[Any], _Captured(raw, wrapper._prepare_cursor(raw)))
     finally:
