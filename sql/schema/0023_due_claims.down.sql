@@ -1,0 +1,2 @@
+-- pgq schema, revision 0023 down: pgq.claim as revision 0021 defined it.
+-- pgq:function claim@previous

@@ -1,0 +1,8 @@
+-- pgq schema, revision 0023: claims that read no scheduled job (issue #42). jobs_claim_idx and
+-- jobs_claim_limited_idx put priority before run_at, so `run_at <= now()` was only a filter, and a
+-- claim that did not fill its batch walked every scheduled job of its queues (and of its limited
+-- kinds). pgq.claim now takes one priority at a time, best first (a loose index scan over the
+-- priorities with queued jobs): within a priority, run_at bounds each scan, so a claim costs one
+-- probe per priority plus its batch, whatever is scheduled behind it. Same signature and grants;
+-- no table or index changes.
+-- pgq:function claim
