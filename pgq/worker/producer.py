@@ -62,6 +62,9 @@ class Producer:
         self._queue = queue
         self._acks = acks
         self._tasks = tasks
+        # The claim asks for these kinds only (issue #42): jobs of kinds this app has no task for stay
+        # queued and untouched for a worker that knows them, instead of being claimed and handed back.
+        self._kinds = sorted(tasks)
         self._fatal = fatal
         self._queues = list(cfg.queues) if cfg.queues is not None else None
         self._queue_set = frozenset(cfg.queues) if cfg.queues is not None else None
@@ -159,7 +162,7 @@ class Producer:
         decoded = _ops.jsonb_bytes_decoded()
         try:
             claims = await self._queue._run(_ops.claim(
-                worker=cfg.claimed_by, queues=self._queues, kinds=None, limit=limit, lease=cfg.lease))
+                worker=cfg.claimed_by, queues=self._queues, kinds=self._kinds, limit=limit, lease=cfg.lease))
         except NotMigrated as exc:
             self._fatal(exc)
             return
