@@ -62,8 +62,9 @@ class Producer:
         self._queue = queue
         self._acks = acks
         self._tasks = tasks
-        # The claim asks for these kinds only (issue #42): jobs of kinds this app has no task for stay
+        # The claim asks for the app's kinds only (issue #42): jobs of kinds it has no task for stay
         # queued and untouched for a worker that knows them, instead of being claimed and handed back.
+        # (The worker's tasks are a copy of the app's, taken at start.)
         self._kinds = sorted(tasks)
         self._fatal = fatal
         self._queues = list(cfg.queues) if cfg.queues is not None else None
