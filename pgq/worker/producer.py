@@ -131,7 +131,7 @@ class Producer:
         detour through the producer task)."""
         state = self._state
         cfg = state.config
-        if not state.ready or state.stopping.is_set():
+        if not state.ready or state.stopping.is_set() or not self._kinds:
             return False
         free = state.free_slots() - self._claiming
         # Claim at once when a slot would otherwise sit idle; else once a quarter of the prefetch
@@ -254,6 +254,16 @@ class Producer:
         rates = [(t.name, t.rate_limit) for t in self._tasks.values() if t.rate_limit is not None]
         groups = [(t.name, t.group_concurrency, t.group_rate_limit) for t in self._tasks.values()
                   if t.group_concurrency is not None or t.group_rate_limit is not None]
+        if not self._kinds:
+            # An app without tasks claims nothing (issue #42: a worker claims only kinds it knows);
+            # one cheap read still tells a missing schema at start, as the first claim would.
+            try:
+                await self._queue._run(_ops.next_run_at(self._queues))
+            except NotMigrated as exc:
+                self._fatal(exc)
+            except psycopg.Error:
+                pass  # the database's troubles are the maintenance's and listener's to report
+            return
         if not limits and not rates and not groups:
             return
         failures = 0
