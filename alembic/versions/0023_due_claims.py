@@ -1,4 +1,5 @@
-"""Claims that read no scheduled job: pgq.claim scans one priority at a time (issue #42).
+"""Claims that read no scheduled job (pgq.claim one priority at a time) and JSON bound triggers
+that plan no SQL function per statement (issue #42).
 
 Revision ID: 0023
 Revises: 0022
@@ -16,10 +17,11 @@ depends_on: str | None = None
 
 
 def upgrade() -> None:
-    """Install pgq.claim bounded by due-ness per priority (sql/schema/0023_due_claims.up.sql)."""
+    """Install pgq.claim bounded by due-ness per priority, and the JSON bounds' triggers with built-in
+    WHEN clauses (sql/schema/0023_due_claims.up.sql)."""
     execute_schema_file("0023_due_claims.up.sql")
 
 
 def downgrade() -> None:
-    """Restore revision 0021's pgq.claim (sql/schema/0023_due_claims.down.sql)."""
+    """Restore revision 0021's pgq.claim and 0019's triggers (sql/schema/0023_due_claims.down.sql)."""
     execute_schema_file("0023_due_claims.down.sql")
