@@ -291,8 +291,8 @@ def is_dirty(queue: str, dedupe_key: str) -> Operation[bool]:
 
 def queue_stats() -> Operation[list[dict[str, Any]]]:
     """Rows of the pgq.queue_stats view, each with `unknown_kinds` added: {kind: number of queued
-    jobs} that a worker handed back because its app has no task of that kind (empty when none;
-    sql/queue_unknown_kinds.sql)."""
+    jobs} that no live worker of the queue has a task for, or that an older worker handed back for
+    that reason (empty when none; sql/queue_unknown_kinds.sql)."""
 
     def steps() -> Steps[list[dict[str, Any]]]:
         rows = yield Stmt("queue_stats", {})

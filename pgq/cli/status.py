@@ -31,9 +31,9 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
             "  FAILED     failed for good              OLDEST     age of the oldest ready job\n"
             "  DONE/MIN   jobs that succeeded in the last minute (throughput)\n"
             "A paused queue (pgq queue pause) is marked '(paused)'.\n"
-            "Queued jobs that a worker handed back because its app has no task of their kind (a rolling\n"
-            "deploy; see docs/operations.md) are listed below the table, by queue and kind; in --json\n"
-            "each row has them as unknown_kinds: {kind: jobs}."
+            "Queued jobs of kinds that no live worker of their queue has a task for (a rolling deploy;\n"
+            "see docs/operations.md) are listed below the table, by queue and kind; in --json each row\n"
+            "has them as unknown_kinds: {kind: jobs}."
         ),
     )
     p.add_argument("--json", action="store_true", help="print JSON (ages in seconds) instead of a table")
@@ -76,7 +76,7 @@ def format_status(rows: Sequence[Mapping[str, Any]]) -> str:
     unknown = [f"  {cell(str(r['queue']))}: {n} {cell(kind)!r}" for r in rows
                for kind, n in (r.get("unknown_kinds") or {}).items()]
     if unknown:
-        table += ("\nWaiting for a worker that knows their kind (handed back without spending an attempt; "
+        table += ("\nWaiting for a worker that knows their kind (left queued, no attempt spent; "
                   "they run once a worker whose app has the task serves the queue):\n" + "\n".join(unknown))
     return table
 

@@ -475,7 +475,7 @@ class AsyncQueue:
 
     async def stats(self) -> builtins.list[dict[str, Any]]:
         """Rows of the pgq.queue_stats view (one dict per queue, with `paused` and `paused_at`), each
-        with `unknown_kinds`: {kind: queued jobs handed back because no worker knew that kind}."""
+        with `unknown_kinds`: {kind: queued jobs that no live worker of the queue knows}."""
         return await self._run(_ops.queue_stats())
 
     async def pause(self, queue: str) -> bool:

@@ -62,6 +62,10 @@ class Producer:
         self._queue = queue
         self._acks = acks
         self._tasks = tasks
+        # The claim asks for the app's kinds only (issue #42): jobs of kinds it has no task for stay
+        # queued and untouched for a worker that knows them, instead of being claimed and handed back.
+        # (The worker's tasks are a copy of the app's, taken at start.)
+        self._kinds = sorted(tasks)
         self._fatal = fatal
         self._queues = list(cfg.queues) if cfg.queues is not None else None
         self._queue_set = frozenset(cfg.queues) if cfg.queues is not None else None
@@ -127,7 +131,7 @@ class Producer:
         detour through the producer task)."""
         state = self._state
         cfg = state.config
-        if not state.ready or state.stopping.is_set():
+        if not state.ready or state.stopping.is_set() or not self._kinds:
             return False
         free = state.free_slots() - self._claiming
         # Claim at once when a slot would otherwise sit idle; else once a quarter of the prefetch
@@ -159,7 +163,7 @@ class Producer:
         decoded = _ops.jsonb_bytes_decoded()
         try:
             claims = await self._queue._run(_ops.claim(
-                worker=cfg.claimed_by, queues=self._queues, kinds=None, limit=limit, lease=cfg.lease))
+                worker=cfg.claimed_by, queues=self._queues, kinds=self._kinds, limit=limit, lease=cfg.lease))
         except NotMigrated as exc:
             self._fatal(exc)
             return
@@ -250,6 +254,16 @@ class Producer:
         rates = [(t.name, t.rate_limit) for t in self._tasks.values() if t.rate_limit is not None]
         groups = [(t.name, t.group_concurrency, t.group_rate_limit) for t in self._tasks.values()
                   if t.group_concurrency is not None or t.group_rate_limit is not None]
+        if not self._kinds:
+            # An app without tasks claims nothing (issue #42: a worker claims only kinds it knows);
+            # one cheap read still tells a missing schema at start, as the first claim would.
+            try:
+                await self._queue._run(_ops.next_run_at(self._queues))
+            except NotMigrated as exc:
+                self._fatal(exc)
+            except psycopg.Error:
+                pass  # the database's troubles are the maintenance's and listener's to report
+            return
         if not limits and not rates and not groups:
             return
         failures = 0

@@ -78,6 +78,9 @@ DECLARE
     busy_age    integer;            -- age() of a snapshot's xmin (see (a))
     salt        text;               -- the reservations' key salt (pgq.claim_key)
     scope       text[];             -- the queues of the caller's scoped role set (NULL: any)
+    prio        smallint;           -- the priority (a) scans (revision 0023)
+    q_left      integer;            -- and what it may still reserve in the queue
+    b_before    integer;            -- reservations before the second scan of (a)
 BEGIN
     IF lim IS NULL OR lim < 1 THEN
         RAISE EXCEPTION 'pgq.claim: lim must be >= 1, got %', coalesce(lim::text, 'NULL')
@@ -154,49 +157,68 @@ BEGIN
     -- whole queue.
     busy_age := age((pg_snapshot_xmin(pg_current_snapshot())::text::bigint % 4294967296)::text::xid);
     FOREACH q IN ARRAY wanted LOOP
-        SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}'),
-               count(*), (array_agg(r.id ORDER BY r.priority, r.run_at, r.id))[1],
-               (SELECT h.id FROM pgq.jobs h
-                WHERE h.status = 'queued' AND h.queue = q AND h.limited = false AND h.run_at <= now()
-                  AND (kinds IS NULL OR h.kind = ANY(kinds))
-                ORDER BY h.priority, h.run_at, h.id
-                LIMIT 1)
-        INTO found_ids, found_tids, a_got, a_first, a_head
-        FROM (SELECT c.id, c.ctid, c.priority, c.run_at
-              FROM (SELECT j.id, j.ctid, j.priority, j.run_at, j.attempts,
-                           j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy
-                    FROM pgq.jobs j
-                    WHERE j.status = 'queued' AND j.queue = q AND j.limited = false AND j.run_at <= now()
-                      AND (kinds IS NULL OR j.kind = ANY(kinds))
-                    ORDER BY j.priority, j.run_at, j.id
-                    OFFSET 0) c  -- keeps the reservation below out of the scan's filter
-              WHERE NOT c.busy AND c.id <> ALL(tried)
-                AND pg_try_advisory_xact_lock(pgq.claim_key(salt, c.id, c.attempts, c.run_at))
-              LIMIT lim - taken) r;
-        IF a_got < lim - taken THEN
-            b_examine := NULL;  -- short: every busy row of the queue
-            b_cap := NULL;
-        ELSIF a_first IS DISTINCT FROM a_head THEN
-            b_examine := lim - taken;
-            b_cap := 2;
-        ELSE
-            CONTINUE;
-        END IF;
-        SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}')
-        INTO found_ids, found_tids
-        FROM (SELECT c.id, c.ctid
-              FROM (SELECT x.id, x.ctid, x.attempts, x.run_at
-                    FROM (SELECT j.id, j.ctid, j.priority, j.run_at, j.attempts,
-                                 j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy
-                          FROM pgq.jobs j
-                          WHERE j.status = 'queued' AND j.queue = q AND j.limited = false AND j.run_at <= now()
-                            AND (kinds IS NULL OR j.kind = ANY(kinds))
-                          ORDER BY j.priority, j.run_at, j.id
-                          LIMIT b_examine) x
-                    WHERE x.busy AND x.id <> ALL(tried) AND x.id <> ALL(found_ids)
-                    ORDER BY x.priority, x.run_at, x.id
-                    LIMIT b_cap) c
-              WHERE pg_try_advisory_xact_lock(pgq.claim_key(salt, c.id, c.attempts, c.run_at))) r;
+        -- Revision 0023: one priority at a time, best first, so that `run_at <= now()` bounds each
+        -- scan of jobs_claim_idx (queue, limited, priority, run_at, id): the scheduled jobs of a
+        -- priority come after its due ones and are never read. Before, priority was a range and
+        -- run_at only a filter, and a claim that did not fill its batch walked every scheduled job
+        -- of the queue. Per priority: one probe for the next priority with queued jobs, then the
+        -- two scans below, each bounded by the due jobs of that priority.
+        q_left := lim - taken;
+        prio := NULL;
+        WHILE q_left > 0 LOOP
+            SELECT j.priority INTO prio FROM pgq.jobs j
+            WHERE j.status = 'queued' AND j.queue = q AND j.limited = false
+              AND j.priority > coalesce(prio, -32769)
+            ORDER BY j.queue, j.limited, j.priority
+            LIMIT 1;
+            EXIT WHEN NOT FOUND;
+            SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}'),
+                   count(*), (array_agg(r.id ORDER BY r.run_at, r.id))[1],
+                   (SELECT h.id FROM pgq.jobs h
+                    WHERE h.status = 'queued' AND h.queue = q AND h.limited = false AND h.priority = prio
+                      AND h.run_at <= now() AND (kinds IS NULL OR h.kind = ANY(kinds))
+                    ORDER BY h.priority, h.run_at, h.id
+                    LIMIT 1)
+            INTO found_ids, found_tids, a_got, a_first, a_head
+            FROM (SELECT c.id, c.ctid, c.run_at
+                  FROM (SELECT j.id, j.ctid, j.run_at, j.attempts,
+                               j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy
+                        FROM pgq.jobs j
+                        WHERE j.status = 'queued' AND j.queue = q AND j.limited = false AND j.priority = prio
+                          AND j.run_at <= now() AND (kinds IS NULL OR j.kind = ANY(kinds))
+                        ORDER BY j.priority, j.run_at, j.id
+                        OFFSET 0) c  -- keeps the reservation below out of the scan's filter
+                  WHERE NOT c.busy AND c.id <> ALL(tried)
+                    AND pg_try_advisory_xact_lock(pgq.claim_key(salt, c.id, c.attempts, c.run_at))
+                  LIMIT q_left) r;
+            q_left := q_left - a_got;
+            IF q_left > 0 THEN
+                b_examine := NULL;  -- short: every busy row of the priority
+                b_cap := NULL;
+            ELSIF a_first IS DISTINCT FROM a_head THEN
+                b_examine := a_got;
+                b_cap := 2;
+            ELSE
+                CONTINUE;
+            END IF;
+            b_before := cardinality(found_ids);
+            SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}')
+            INTO found_ids, found_tids
+            FROM (SELECT c.id, c.ctid
+                  FROM (SELECT x.id, x.ctid, x.attempts, x.run_at
+                        FROM (SELECT j.id, j.ctid, j.run_at, j.attempts,
+                                     j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy
+                              FROM pgq.jobs j
+                              WHERE j.status = 'queued' AND j.queue = q AND j.limited = false AND j.priority = prio
+                                AND j.run_at <= now() AND (kinds IS NULL OR j.kind = ANY(kinds))
+                              ORDER BY j.priority, j.run_at, j.id
+                              LIMIT b_examine) x
+                        WHERE x.busy AND x.id <> ALL(tried) AND x.id <> ALL(found_ids)
+                        ORDER BY x.run_at, x.id
+                        LIMIT b_cap) c
+                  WHERE pg_try_advisory_xact_lock(pgq.claim_key(salt, c.id, c.attempts, c.run_at))) r;
+            q_left := q_left - (cardinality(found_ids) - b_before);
+        END LOOP;
     END LOOP;
     tried := tried || found_ids;
 
@@ -375,12 +397,32 @@ BEGIN
                 FROM (SELECT x.id, x.tid, x.priority, x.run_at
                       FROM unnest(wanted) AS w(name)
                       CROSS JOIN LATERAL (
+                          -- Revision 0023: per priority of the kind's queued jobs (a loose index
+                          -- scan, read only as far as the LIMIT needs), its due jobs: `run_at <= now()`
+                          -- bounds each scan, and no scheduled job is read.
                           SELECT c.id, c.tid, c.priority, c.run_at
-                          FROM (SELECT j.id, j.ctid AS tid, j.priority, j.run_at, j.attempts
-                                FROM pgq.jobs j
-                                WHERE j.status = 'queued' AND j.limited AND j.queue = w.name AND j.kind = f.kind
-                                  AND j.run_at <= now()
-                                ORDER BY j.priority, j.run_at, j.id
+                          FROM (WITH RECURSIVE pr AS (
+                                    (SELECT j.priority FROM pgq.jobs j
+                                     WHERE j.status = 'queued' AND j.limited AND j.queue = w.name AND j.kind = f.kind
+                                     ORDER BY j.queue, j.kind, j.priority LIMIT 1)
+                                    UNION ALL
+                                    SELECT (SELECT j.priority FROM pgq.jobs j
+                                            WHERE j.status = 'queued' AND j.limited AND j.queue = w.name
+                                              AND j.kind = f.kind AND j.priority > pr.priority
+                                            ORDER BY j.queue, j.kind, j.priority LIMIT 1)
+                                    FROM pr
+                                    WHERE pr.priority IS NOT NULL
+                                )
+                                SELECT d.id, d.tid, d.priority, d.run_at, d.attempts
+                                FROM pr
+                                CROSS JOIN LATERAL (
+                                    SELECT j.id, j.ctid AS tid, j.priority, j.run_at, j.attempts
+                                    FROM pgq.jobs j
+                                    WHERE j.status = 'queued' AND j.limited AND j.queue = w.name AND j.kind = f.kind
+                                      AND j.priority = pr.priority AND j.run_at <= now()
+                                    ORDER BY j.queue, j.kind, j.priority, j.run_at, j.id
+                                    OFFSET 0) d  -- one scan per priority, never a join over the range
+                                WHERE pr.priority IS NOT NULL
                                 OFFSET 0) c
                           WHERE pg_try_advisory_xact_lock(pgq.claim_key(salt, c.id, c.attempts, c.run_at))
                           LIMIT least(f.free, lim)
@@ -404,14 +446,35 @@ BEGIN
             used_keys := '{}';
             used_n := '{}';
             WHILE w_got < budget LOOP
-                -- The next priority with ready jobs of the kind (jobs_claim_limited_idx, a probe per queue).
+                -- The next priority with ready jobs of the kind (jobs_claim_limited_idx): per queue, a
+                -- loose index scan over the priorities after `level`, each with one probe for a due
+                -- job (revision 0023: scheduled jobs bound the probe, never make it walk).
                 SELECT min(x.priority) INTO level
                 FROM unnest(wanted) AS w(name)
                 CROSS JOIN LATERAL (
-                    SELECT j.priority FROM pgq.jobs j
-                    WHERE j.status = 'queued' AND j.limited AND j.queue = w.name AND j.kind = w_kinds[wi]
-                      AND j.priority > coalesce(level, -32769) AND j.run_at <= now()
-                    ORDER BY j.priority, j.run_at, j.id LIMIT 1) x;
+                    WITH RECURSIVE pr AS (
+                        (SELECT j.priority FROM pgq.jobs j
+                         WHERE j.status = 'queued' AND j.limited AND j.queue = w.name AND j.kind = w_kinds[wi]
+                           AND j.priority > coalesce(level, -32769)
+                         ORDER BY j.queue, j.kind, j.priority LIMIT 1)
+                        UNION ALL
+                        SELECT (SELECT j.priority FROM pgq.jobs j
+                                WHERE j.status = 'queued' AND j.limited AND j.queue = w.name
+                                  AND j.kind = w_kinds[wi] AND j.priority > pr.priority
+                                ORDER BY j.queue, j.kind, j.priority LIMIT 1)
+                        FROM pr
+                        WHERE pr.priority IS NOT NULL
+                    )
+                    -- A LATERAL with its LIMIT, not an EXISTS: the planner made that a semi join over
+                    -- the kind's whole range.
+                    SELECT pr.priority FROM pr
+                    CROSS JOIN LATERAL (
+                        SELECT j.priority FROM pgq.jobs j
+                        WHERE j.status = 'queued' AND j.limited AND j.queue = w.name
+                          AND j.kind = w_kinds[wi] AND j.priority = pr.priority AND j.run_at <= now()
+                        ORDER BY j.queue, j.kind, j.priority, j.run_at LIMIT 1) d
+                    WHERE pr.priority IS NOT NULL
+                    LIMIT 1) x;
                 EXIT WHEN level IS NULL;
                 spare_keys := '{}';
                 spare_n := '{}';
