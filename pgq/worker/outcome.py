@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
@@ -24,12 +24,15 @@ __all__ = [
     "MAX_ERROR_CHARS",
     "QUIET_EVENTS",
     "Failure",
+    "FinishSink",
     "HandlerTimeout",
     "Rejected",
     "Verdict",
     "clip",
     "failure",
+    "finish_sink",
     "job_extra",
+    "set_finish_sink",
     "verdict",
 ]
 
@@ -47,6 +50,26 @@ FINISH_LEVELS: Final = {"succeeded": logging.INFO, "snoozed": logging.INFO, "ret
 """Log level of a job's finish line by outcome (any other outcome: a failure, ERROR): one INFO line
 per finished job as peers log, a job handed back at shutdown (a drain's documented end) included;
 `QUIET_EVENTS` lets `pgq worker --quiet` drop the INFO ones."""
+
+
+FinishSink = Callable[[int, Job, str, float], bool]
+"""Writes the finish line of a job that ended without an error (level, job, outcome, seconds) itself
+and returns True, or returns False to leave it to the logging module."""
+
+_finish_sink: FinishSink | None = None
+
+
+def set_finish_sink(sink: FinishSink | None) -> None:
+    """Install `sink` (None: none) for the worker's per-job finish lines. `pgq worker` installs one
+    that writes the line as its text log handler would, without a LogRecord, while that handler is
+    the only one: at a line per job, the logging module's machinery was most of a no-op job's cost."""
+    global _finish_sink
+    _finish_sink = sink
+
+
+def finish_sink() -> FinishSink | None:
+    """The sink `set_finish_sink` installed, or None."""
+    return _finish_sink
 
 
 class HandlerTimeout(Exception):

@@ -27,7 +27,7 @@ from ..errors import InvalidJob, one_line
 from ..models import Claim, Job, JobSpec, TracedJobSpec
 from ..tasks import AnyTask
 from .acks import Acknowledger
-from .outcome import FINISH_LEVELS, HandlerTimeout, Rejected, Verdict, clip, job_extra, verdict
+from .outcome import FINISH_LEVELS, HandlerTimeout, Rejected, Verdict, clip, finish_sink, job_extra, verdict
 from .state import ProcessSpan, ProcessTracer, Running, WorkerState
 from .threads import Threads, retrieve
 
@@ -343,6 +343,9 @@ class Runner:
             self._state.metrics.job_duration(job.queue, job.kind, seconds)
         level = FINISH_LEVELS.get(outcome, logging.ERROR)
         if not logger.isEnabledFor(level):
+            return
+        sink = finish_sink()
+        if error is None and sink is not None and sink(level, job, outcome, seconds):
             return
         extra = job_extra(job, "job_finish")
         extra.update(outcome=outcome, duration_ms=round(seconds * 1000, 3))

@@ -135,3 +135,85 @@ def test_logging_set_up_by_a_command_follows_sys_stderr(monkeypatch: pytest.Monk
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
     assert second.getvalue().rstrip().endswith("pgq.worker: two") and "Logging error" not in second.getvalue()
+
+
+def _finish_line_both_ways(kind: str, outcome: str, seconds: float) -> tuple[str, str]:
+    """The finish line of a job that ended without an error as `pgq worker`'s text log writes it:
+    through its direct path (pgq.worker.outcome's sink) and through the logging module."""
+    from pgq.models import Job, JobStatus
+    from pgq.worker.outcome import FINISH_LEVELS, finish_sink, job_extra
+
+    now = dt.datetime.now(dt.UTC)
+    job = Job(id=42, queue="mail q", kind=kind, payload={}, priority=0, status=JobStatus.RUNNING, run_at=now,
+              attempts=2, max_attempts=5, dedupe_key=None, lease_token=None, lease_expires_at=now,
+              claimed_by="w", last_error=None, result=None, input_watermark=None, done_watermark=None,
+              created_at=now, started_at=now, finished_at=None)
+    level = FINISH_LEVELS[outcome]
+    direct = io.StringIO()
+    setup_logging("INFO", "text", direct)
+    sink = finish_sink()
+    assert sink is not None and sink(level, job, outcome, seconds)
+    through = io.StringIO()
+    setup_logging("INFO", "text", through)
+    logging.getLogger().handlers[0].setFormatter(TextLogFormatter())
+    extra = {**job_extra(job, "job_finish"), "outcome": outcome, "duration_ms": round(seconds * 1000, 3)}
+    logging.getLogger("pgq.worker").log(level, "job %d %s attempt %d/%d: %s (%.1f ms)", job.id, job.kind,
+                                        job.attempts, job.max_attempts, outcome, seconds * 1000, extra=extra)
+    # The same line but for the time stamp (to the millisecond) at its start.
+    return direct.getvalue().split(" ", 1)[1], through.getvalue().split(" ", 1)[1]
+
+
+@pytest.mark.parametrize(("kind", "outcome", "seconds"),
+                         [("send_email", "succeeded", 0.0123456), ("a\nb=c", "snoozed", 2.5), ("k", "released", 0)])
+def test_the_direct_finish_line_is_the_text_formatters_line(kind: str, outcome: str, seconds: float) -> None:
+    direct, through = _finish_line_both_ways(kind, outcome, seconds)
+    assert direct == through
+    assert direct.count("\n") == 1
+
+
+def test_the_direct_finish_line_gives_way_to_any_other_handler_or_filter() -> None:
+    from pgq.worker.outcome import finish_sink
+
+    setup_logging("INFO", "text", io.StringIO())
+    sink = finish_sink()
+    assert sink is not None
+    worker = logging.getLogger("pgq.worker")
+    extra_handler = logging.NullHandler()
+    worker.addHandler(extra_handler)  # an application's handler: every line must reach it
+    try:
+        assert not sink(logging.INFO, object(), "succeeded", 0.1)
+    finally:
+        worker.removeHandler(extra_handler)
+    setup_logging("INFO", "text", io.StringIO(), quiet=True)  # --quiet filters: the logging module decides
+    sink = finish_sink()
+    assert sink is not None and not sink(logging.INFO, object(), "succeeded", 0.1)
+    setup_logging("INFO", "json", io.StringIO())
+    assert finish_sink() is None
+
+
+def test_direct_finish_lines_of_one_event_loop_turn_go_out_together_at_its_end() -> None:
+    import asyncio
+
+    from pgq.models import Job, JobStatus
+    from pgq.worker.outcome import finish_sink
+
+    out = io.StringIO()
+    setup_logging("INFO", "text", out)
+    sink = finish_sink()
+    assert sink is not None
+    now = dt.datetime.now(dt.UTC)
+    jobs = [Job(id=i, queue="q", kind="k", payload={}, priority=0, status=JobStatus.RUNNING, run_at=now, attempts=1,
+                max_attempts=3, dedupe_key=None, lease_token=None, lease_expires_at=now, claimed_by="w",
+                last_error=None, result=None, input_watermark=None, done_watermark=None, created_at=now,
+                started_at=now, finished_at=None) for i in (1, 2, 3)]
+
+    async def turn() -> list[str]:
+        for job in jobs:
+            assert sink(logging.INFO, job, "succeeded", 0.001)
+        during = out.getvalue()  # nothing yet: the turn has not ended
+        await asyncio.sleep(0)
+        return [during, out.getvalue()]
+
+    during, after = asyncio.run(turn())
+    assert during == ""
+    assert [line.split(" job_id=")[1].split()[0] for line in after.splitlines()] == ["1", "2", "3"]

@@ -28,6 +28,7 @@ OBJECTS = ("SELECT to_regclass('pgq.leaders') IS NOT NULL, to_regclass('pgq.clai
 
 
 def test_0021_replaces_the_advisory_keys_and_its_downgrade_restores_them(pgq_dsn: str) -> None:
+    migrate.downgrade(pgq_dsn, "0021")  # later revisions replace some of its functions again
     assert query(pgq_dsn, OBJECTS) == [(True, True, True, True, True)]
     bodies = dict(query(pgq_dsn, BODIES))
     assert all("1885827" not in body for name, body in bodies.items() if name.startswith(("claim", "settle", "enq")))
