@@ -114,8 +114,7 @@ def _cursor_adapters(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> Non
     # On the cursor, not the connection: a connection from a caller's pool keeps its own loaders.
     # Connections of pgq's own pools have them already (configure_connection).
     if cur.connection.adapters.get_loader(_JSONB_OID, Format.BINARY) is not _JsonbBinaryLoader:
-        cur.adapters.register_loader("jsonb", _JsonbBinaryLoader)
-        cur.adapters.register_loader("jsonb", _JsonbTextLoader)
+        install_loaders(cur)
 
 
 TRANSACTION_IDLE_LIMIT = "5s"
