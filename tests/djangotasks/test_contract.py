@@ -8,51 +8,20 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
-from pgq.testing import drain
-
-
-@pytest.fixture
-def backend(django_dsn: str) -> Iterator[Any]:
-    """The project's PgqBackend, on a jobs table emptied before and after the test."""
-    from pgq.contrib.django._tasks import task_backends
-
-    def empty() -> None:
-        with psycopg.connect(django_dsn, autocommit=True) as conn:
-            conn.execute("DELETE FROM pgq.jobs")
-
-    empty()
-    yield task_backends["default"]
-    empty()
-
-
-def run(backend: Any) -> list[Any]:
-    """Run every ready job of the contract tasks inline, as `pgq_worker` would (one failure raises)."""
-    from tests.djangotasks import contract_tasks
-
-    tasks = [value for value in vars(contract_tasks).values() if type(value).__name__ == "Task"]
-    return drain(backend.worker_app(tasks), backend.dsn)
+from .contract import enqueue_signals, run
 
 
 def test_enqueue_returns_a_ready_result_equal_to_the_one_read_back(backend: Any) -> None:
-    from pgq.contrib.django._tasks import TaskResultStatus, task_enqueued
+    from pgq.contrib.django._tasks import TaskResultStatus
     from tests.djangotasks.contract_tasks import calculate
 
-    received: list[Any] = []
-
-    def capture(sender: Any, task_result: Any, **_: Any) -> None:
-        received.append((sender, task_result))
-
-    task_enqueued.connect(capture)
-    try:
+    with enqueue_signals() as received:
         result = calculate.enqueue(1, 2, times=3)
-    finally:
-        task_enqueued.disconnect(capture)
     assert received == [(type(backend), result)]
     assert result.status == TaskResultStatus.READY and result.task == calculate  # run_after stays None
     assert (result.args, result.kwargs, result.backend) == ([1, 2], {"times": 3}, "default")
