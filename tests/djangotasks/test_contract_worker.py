@@ -28,6 +28,8 @@ DatabaseBackendWorkerTestCase as W):
 - test_a_locked_job_is_skipped: W test_worker_with_locked_rows
 - test_a_task_path_no_worker_can_import_fails: W test_invalid_task_path, test_missing_task_path,
   test_task_import_string (xfail: pgq keeps such jobs, docs/django.md)
+- test_a_recorded_class_path_that_is_no_exception_raises_on_access: django-tasks' test_tasks.py
+  test_task_error_invalid_exception, test_task_error_unknown_module
 - test_pgq_worker_refuses_bad_backends_and_options: W test_unknown_backend, test_incorrect_backend,
   test_negative_interval, test_infinite_interval, test_fractional_interval, test_empty_worker_id
 
@@ -304,3 +306,20 @@ def test_pgq_worker_refuses_bad_backends_and_options(backend: Any) -> None:
         with pytest.raises(CommandError, match=why):
             parser.parse_args([option, value])
     assert parser.parse_args(["--poll-interval", "0.1"]).poll_interval == 0.1
+
+
+def test_a_recorded_class_path_that_is_no_exception_raises_on_access(backend: Any) -> None:
+    from tests.djangotasks.contract_tasks import value_error
+
+    result = value_error.enqueue()
+    run_all(backend)
+    for path, raised, message in (
+            ("subprocess.run", ValueError, r"'subprocess\.run' does not reference a valid exception"),
+            ("no_such_module.Error", ImportError, "no_such_module")):
+        with psycopg.connect(backend.dsn, autocommit=True) as conn:  # as another release may have written it
+            conn.execute("UPDATE pgq.jobs SET progress = jsonb_build_object('django_exception_class', %s::text) "
+                         "WHERE id = %s", (path, int(result.id)))
+        [error] = value_error.get_result(result.id).errors
+        assert error.exception_class_path == path
+        with pytest.raises(raised, match=message):
+            _ = error.exception_class
