@@ -1,58 +1,49 @@
 """Django's task contract, as django-tasks 0.12.0 and django-tasks-db 0.12.0 test their backends
 (enqueue, results, run_after, errors, signals, context), adapted to PgqBackend: the worker's side
 runs inline through `pgq.testing.drain` on the backend's worker app. Where pgq differs on purpose,
-the test pins the difference that docs/django.md states."""
+the test pins the difference that docs/django.md states. test_contract_api.py,
+test_contract_worker.py and test_contract_process.py go through the rest of those upstream tests.
+
+Which upstream tests each test here also covers (django-tasks' `test_tasks.py` as T,
+`test_immediate_backend.py` as I; django-tasks-db's DatabaseBackendTestCase as DB,
+DatabaseBackendWorkerTestCase as W, DatabaseWorkerProcessTestCase as P):
+
+- test_enqueue_returns_a_ready_result_equal_to_the_one_read_back: T test_enqueue_task,
+  test_get_result; DB test_enqueue_task
+- test_a_finished_result_refreshes_and_keeps_its_task: W test_run_enqueued_task
+- test_run_after_is_kept_as_given_and_not_run_before_it: W test_run_after
+- test_async_enqueue_and_get_result: T test_get_result_async
+- test_missing_and_malformed_ids_do_not_exist: T test_get_missing_result, DB test_invalid_uuid
+- test_a_failing_task_records_its_class_and_traceback: I test_catches_exception, I and W
+  test_complex_exception
+- test_base_exceptions_and_unserialisable_values_fail_with_their_class: I test_catches_exception,
+  I and W test_complex_return_value, P test_system_exit_task, test_keyboard_interrupt_task
+- test_started_and_finished_signals_log_each_state: I test_enqueue_logs, test_failed_logs
+- test_validation_refuses_what_the_backend_cannot_run: T test_unknown_queue_name, test_invalid_priority
+- test_a_task_path_no_worker_imports_stays_queued_as_documented: what pgq does instead of W
+  test_invalid_task_path, test_missing_task_path, test_task_import_string
+- the others test pgq's own side of the contract (priority and queue mapping, query capture, jobs
+  outside QUEUES)."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
-from pgq.testing import drain
-
-
-@pytest.fixture
-def backend(django_dsn: str) -> Iterator[Any]:
-    """The project's PgqBackend, on a jobs table emptied before and after the test."""
-    from pgq.contrib.django._tasks import task_backends
-
-    def empty() -> None:
-        with psycopg.connect(django_dsn, autocommit=True) as conn:
-            conn.execute("DELETE FROM pgq.jobs")
-
-    empty()
-    yield task_backends["default"]
-    empty()
-
-
-def run(backend: Any) -> list[Any]:
-    """Run every ready job of the contract tasks inline, as `pgq_worker` would (one failure raises)."""
-    from tests.djangotasks import contract_tasks
-
-    tasks = [value for value in vars(contract_tasks).values() if type(value).__name__ == "Task"]
-    return drain(backend.worker_app(tasks), backend.dsn)
+from .contract import enqueue_signals, run
 
 
 def test_enqueue_returns_a_ready_result_equal_to_the_one_read_back(backend: Any) -> None:
-    from pgq.contrib.django._tasks import TaskResultStatus, task_enqueued
+    from pgq.contrib.django._tasks import TaskResultStatus
     from tests.djangotasks.contract_tasks import calculate
 
-    received: list[Any] = []
-
-    def capture(sender: Any, task_result: Any, **_: Any) -> None:
-        received.append((sender, task_result))
-
-    task_enqueued.connect(capture)
-    try:
+    with enqueue_signals() as received:
         result = calculate.enqueue(1, 2, times=3)
-    finally:
-        task_enqueued.disconnect(capture)
     assert received == [(type(backend), result)]
     assert result.status == TaskResultStatus.READY and result.task == calculate  # run_after stays None
     assert (result.args, result.kwargs, result.backend) == ([1, 2], {"times": 3}, "default")

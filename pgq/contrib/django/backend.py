@@ -19,6 +19,7 @@ from psycopg.conninfo import make_conninfo
 
 from ... import _ops
 from ...app import App
+from ...bounds import INT8_MAX
 from ...context import current_job, set_progress
 from ...models import Job, JobSpec, JobStatus
 from ._cursor import django_cursor
@@ -137,6 +138,8 @@ class PgqBackend(BaseTaskBackend):
             job_id = int(result_id)
         except (TypeError, ValueError):
             raise TaskResultDoesNotExist(result_id) from None
+        if not 0 < job_id <= INT8_MAX:  # no job has such an id, and pgq refuses to look one up
+            raise TaskResultDoesNotExist(result_id)
         result = self._read(self.connection(), job_id)
         if result is None:
             raise TaskResultDoesNotExist(result_id)

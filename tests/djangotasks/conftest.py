@@ -1,0 +1,23 @@
+"""Fixtures of the Django task-contract tests (test_contract*.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+
+@pytest.fixture
+def backend(django_dsn: str) -> Iterator[Any]:
+    """The project's PgqBackend, on a jobs table emptied before and after the test."""
+    from pgq.contrib.django._tasks import task_backends
+
+    def empty() -> None:
+        with psycopg.connect(django_dsn, autocommit=True) as conn:
+            conn.execute("DELETE FROM pgq.jobs")
+
+    empty()
+    yield task_backends["default"]
+    empty()
