@@ -229,11 +229,14 @@ def _enqueue_params(specs: Sequence[JobSpec]) -> dict[str, Any]:
     }
 
 
-CLAIM_CHUNK = 256
-"""The most jobs one claim statement takes: pgq.claim reserves each row it takes with a
-transaction-level advisory lock until the statement ends, an entry of PostgreSQL's shared, finite
-lock table (max_locks_per_transaction x max_connections entries). A bigger claim is sent as
+CLAIM_CHUNK = 1024
+"""The most jobs one claim statement asks for. pgq.claim takes up to 1,024 rows when it runs alone in
+its queue (it locks them), but at most CLAIM_RESERVED when other claims of the queue are under way:
+then it reserves each row with a transaction-level advisory lock, an entry of PostgreSQL's shared,
+finite lock table (max_locks_per_transaction x max_connections entries). A bigger claim is sent as
 several statements, one after the other on the same connection, until one comes back short."""
+CLAIM_RESERVED = 256
+"""The most rows pgq.claim takes when it reserves them (revision 0024)."""
 
 
 def claim(
@@ -269,8 +272,11 @@ def claim(
             return before + claims_from_tuples(rows, lease_td)
 
         def then(got: list[Claim]) -> Operation[list[Claim]] | None:
-            # A short chunk means nothing more is ready now.
-            return chunk(got) if len(got) - len(before) == wanted and len(got) < limit else None
+            # A short chunk means nothing more is ready now; one of CLAIM_RESERVED rows may only
+            # mean that the claim reserved (another claim of the queue was under way).
+            new = len(got) - len(before)
+            full = new in (wanted, CLAIM_RESERVED)
+            return chunk(got) if full and len(got) < limit else None
 
         return Operation("job_claim", steps, then=then)
 

@@ -127,6 +127,10 @@ def setup_logging(level: str, fmt: str, stream: TextIO | None = None, *, quiet: 
     set_finish_sink(_FinishLines(handler) if fmt != "json" else None)
 
 
+_PARTS_KEPT = 1024
+"""The most (level, kind, queue, outcome) fours whose constant parts a finish line sink keeps."""
+
+
 class _FinishLines:
     """The worker's finish line of a job that ended without an error, written straight to `handler`'s
     stream exactly as TextLogFormatter writes that record, while `handler` is the only one a record of
@@ -140,19 +144,21 @@ class _FinishLines:
         self.root = logging.getLogger()
         self.worker = logging.getLogger("pgq.worker")
         self._pending: list[str] = []
+        self._parts: dict[tuple[int, str, str, str], tuple[str, str, str, str, str]] = {}
 
     def __call__(self, level: int, job: Any, outcome: str, seconds: float) -> bool:
         handler, root, worker = self.handler, self.root, self.worker
         if (len(root.handlers) != 1 or root.handlers[0] is not handler or handler.filters or root.filters
                 or worker.handlers or worker.filters or not worker.propagate or level < handler.level):
             return False
+        kind, queue = job.kind, job.queue
+        parts = self._parts.get((level, kind, queue, outcome))
+        if parts is None:
+            parts = self._learn(level, kind, queue, outcome)
         ms = seconds * 1000
-        message = f"job {job.id} {job.kind} attempt {job.attempts}/{job.max_attempts}: {outcome} ({ms:.1f} ms)"
-        message = message.replace("\n", "\\n")  # one line per event, as TextLogFormatter
-        stamp = _timestamp_of(time.time())
-        line = (f"{stamp} {logging.getLevelName(level):<7} pgq.worker: {message} "
-                f"event=job_finish job_id={job.id} kind={_logfmt(job.kind)} queue={_logfmt(job.queue)} "
-                f"attempt={job.attempts} outcome={_logfmt(outcome)} duration_ms={round(ms, 3)!r}\n")
+        line = (f"{_timestamp_of(time.time())}{parts[0]}job {job.id} {parts[1]} attempt {job.attempts}/"
+                f"{job.max_attempts}: {parts[2]} ({ms:.1f} ms) event=job_finish job_id={job.id} {parts[3]}"
+                f"attempt={job.attempts} {parts[4]}duration_ms={round(ms, 3)!r}\n")
         try:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -164,6 +170,18 @@ class _FinishLines:
                 loop.call_soon(self._flush)
             self._pending.append(line)
         return True
+
+    def _learn(self, level: int, kind: str, queue: str, outcome: str) -> tuple[str, str, str, str, str]:
+        """The parts of a finish line that depend only on its level, kind, queue and outcome, made once
+        for each such four (at most _PARTS_KEPT are kept): the level, and kind and outcome as the
+        message and as logfmt fields write them."""
+        if len(self._parts) >= _PARTS_KEPT:
+            self._parts.clear()
+        parts = (f" {logging.getLevelName(level):<7} pgq.worker: ", kind.replace("\n", "\\n"),
+                 outcome.replace("\n", "\\n"), f"kind={_logfmt(kind)} queue={_logfmt(queue)} ",
+                 f"outcome={_logfmt(outcome)} ")
+        self._parts[(level, kind, queue, outcome)] = parts
+        return parts
 
     def _flush(self) -> None:
         lines, self._pending = self._pending, []

@@ -81,6 +81,8 @@ DECLARE
     prio        smallint;           -- the priority (a) scans (revision 0023)
     q_left      integer;            -- and what it may still reserve in the queue
     b_before    integer;            -- reservations before the second scan of (a)
+    solo        boolean := false;   -- the claim runs alone in its one queue (revision 0024, see there)
+    q_key       bigint;             -- a queue's claim key (revision 0024)
 BEGIN
     IF lim IS NULL OR lim < 1 THEN
         RAISE EXCEPTION 'pgq.claim: lim must be >= 1, got %', coalesce(lim::text, 'NULL')
@@ -127,9 +129,38 @@ BEGIN
         RETURN;
     END IF;
 
+    -- Revision 0024: a claim alone in its queue locks rows instead of reserving them. Each claim
+    -- holds its queue's key (derived from pgq.claim_secret, so no other role can hold it): shared
+    -- while it reserves, exclusive when it runs alone. A claim of one queue, with no concurrency or
+    -- rate limit defined and no limited (grouped) job queued there, that gets the exclusive key
+    -- (no other claim of the queue is under way) takes its rows in one ordered scan FOR NO KEY UPDATE
+    -- SKIP LOCKED: no advisory reservation per row (an md5 and an entry of the shared lock table
+    -- each), no busy-row pass, and row locks are no entries of the lock table, so such a claim may
+    -- take up to 1,024 rows. Under contention, when the queue's key is held, claims reserve as
+    -- before: the shared key keeps the lone path out while any of them reserves (a claim that
+    -- cannot get the shared key reserves all the same; a row the lone claim then takes first is
+    -- lost to its reservation and reserved again, as with any other claim). The keys wait for
+    -- nothing: each is tried once.
+    IF cardinality(wanted) = 1 AND cardinality(limited_kinds) = 0
+       AND NOT EXISTS (SELECT 1 FROM pgq.jobs j
+                       WHERE j.status = 'queued' AND j.limited AND j.queue = wanted[1]
+                       ORDER BY j.queue, j.kind LIMIT 1) THEN
+        q_key := ('x' || left(md5((SELECT s.secret FROM pgq.claim_secret s) || '/queue/' || wanted[1]), 16))
+                 ::bit(64)::bigint;
+        solo := pg_try_advisory_xact_lock(q_key);
+        IF NOT solo THEN
+            PERFORM pg_try_advisory_xact_lock_shared(q_key);
+        END IF;
+    ELSE
+        PERFORM pg_try_advisory_xact_lock_shared(
+                    ('x' || left(md5((SELECT s.secret FROM pgq.claim_secret s) || '/queue/' || w.name), 16))
+                    ::bit(64)::bigint)
+        FROM unnest(wanted) AS w(name);
+    END IF;
+
     -- Reservations are entries of PostgreSQL's shared lock table, which is finite: at most 256.
     -- Their keys are pgq.claim_key's (revision 0021): no role without pgq's rights can know one ahead.
-    lim := least(lim, 256);
+    lim := least(lim, CASE WHEN solo THEN 1024 ELSE 256 END);
 
     -- Rounds of reserve and take: a row reserved from a snapshot older than another claim's commit
     -- may be gone by the take; then (at most twice) this claim reserves again for what it lost.
@@ -172,6 +203,22 @@ BEGIN
             ORDER BY j.queue, j.limited, j.priority
             LIMIT 1;
             EXIT WHEN NOT FOUND;
+            IF solo THEN
+                -- Alone in the queue (revision 0024): its due rows of this priority, locked in
+                -- claim order; a row a producer or an operator holds is skipped.
+                SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}'),
+                       count(*)
+                INTO found_ids, found_tids, a_got
+                FROM (SELECT j.id, j.ctid
+                      FROM pgq.jobs j
+                      WHERE j.status = 'queued' AND j.queue = q AND j.limited = false AND j.priority = prio
+                        AND j.run_at <= now() AND (kinds IS NULL OR j.kind = ANY(kinds))
+                      ORDER BY j.priority, j.run_at, j.id
+                      LIMIT q_left
+                      FOR NO KEY UPDATE SKIP LOCKED) r;
+                q_left := q_left - a_got;
+                CONTINUE;
+            END IF;
             SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}'),
                    count(*), (array_agg(r.id ORDER BY r.run_at, r.id))[1],
                    (SELECT h.id FROM pgq.jobs h
@@ -688,7 +735,7 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION pgq.claim(text[], text[], integer, double precision, text) IS
-    'Claim up to lim (at most 256) ready jobs of the given queues (NULL: every queue) and kinds (NULL: any), '
+    'Claim up to lim (at most 256; 1,024 when the claim runs alone in its one queue) ready jobs of the given queues (NULL: every queue) and kinds (NULL: any), '
     'honouring pauses, concurrency and rate limits and per-group limits (pgq.group_limits) exactly, and '
     'taking group keys in turn within a priority: each gets a new attempt under a fresh lease token '
     'expiring lease_s seconds from now, claimed_by worker. Returns them in claim order (priority, run_at, id), '

@@ -171,6 +171,32 @@ def test_the_direct_finish_line_is_the_text_formatters_line(kind: str, outcome: 
     assert direct.count("\n") == 1
 
 
+def test_the_direct_finish_line_keeps_each_kind_queue_and_outcome_apart() -> None:
+    """The sink makes the parts of a line that depend on kind, queue and outcome once per such
+    combination: lines of jobs that differ in any of them, written in turn, each name their own."""
+    from pgq.models import Job, JobStatus
+    from pgq.worker.outcome import FINISH_LEVELS, finish_sink
+
+    now = dt.datetime.now(dt.UTC)
+    out = io.StringIO()
+    setup_logging("INFO", "text", out)
+    sink = finish_sink()
+    assert sink is not None
+    cases = [("a", "q1", "succeeded"), ("b", "q1", "succeeded"), ("a", "q2", "succeeded"), ("a", "q1", "snoozed"),
+             ("a", "q1", "succeeded")]
+    for i, (kind, queue, outcome) in enumerate(cases):
+        job = Job(id=i, queue=queue, kind=kind, payload={}, priority=0, status=JobStatus.RUNNING, run_at=now,
+                  attempts=1, max_attempts=3, dedupe_key=None, lease_token=None, lease_expires_at=now,
+                  claimed_by="w", last_error=None, result=None, input_watermark=None, done_watermark=None,
+                  created_at=now, started_at=now, finished_at=None)
+        assert sink(FINISH_LEVELS[outcome], job, outcome, 0.001)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == len(cases)
+    for i, (line, (kind, queue, outcome)) in enumerate(zip(lines, cases, strict=True)):
+        assert f"job {i} {kind} attempt 1/3: {outcome} " in line
+        assert f" job_id={i} kind={kind} queue={queue} attempt=1 outcome={outcome} " in line
+
+
 def test_the_direct_finish_line_gives_way_to_any_other_handler_or_filter() -> None:
     from pgq.worker.outcome import finish_sink
 

@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""The server's instructions per job of a claim and of an acknowledgement, counted by callgrind:
+the one measure of the hot path that the load of a shared machine does not move.
+
+    python3 bench/instructions.py                        # this checkout against caf8cde
+    python3 bench/instructions.py --baseline v0.2.0 --claim-batch 512 --complete-batch 150
+
+A private PostgreSQL cluster (initdb in a temporary folder, the server binaries of `pg_config
+--bindir` or --bindir) runs under `valgrind --tool=callgrind`, each backend counting its own
+instructions. Each side (the working tree, and `git archive BASELINE` of the named commit) gets a
+database migrated by its own `pgq migrate` and --jobs queued jobs, then four sessions run that side's
+`pgq._ops.claim` and `pgq._ops.complete`, each session in its own backend:
+
+1. two claims of --claim-batch (the warm-up: catalog caches, plans);
+2. the same two claims, then claims until the queue is empty;
+3. two completes of --complete-batch (the warm-up);
+4. the same two completes, then completes of every job claimed in 2.
+
+Instructions per job: (2 - 1) and (4 - 3), divided by the jobs claimed after the warm-up. The counts
+repeat to within a few hundred instructions per job between runs, so one run per side is enough;
+the time a run takes (valgrind runs the server some 50 times slower) does not enter them. What they
+do not see: the client, the wait for locks and I/O, and other sessions (run W3 for those:
+bench/baseline.py). Needs valgrind and a PostgreSQL server of the version to measure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PHASES = r'''
+import os, sys
+import psycopg
+from pgq import _ops
+dsn, phase, b, c = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+state = sys.argv[5]
+conn = psycopg.connect(dsn, autocommit=True)
+print(conn.execute("SELECT pg_backend_pid()").fetchone()[0], flush=True)
+def claim():
+    return _ops.run_sync(conn, _ops.claim(worker="w", queues=["bench"], kinds=["bench"], limit=b, lease=3600),
+                         own_transaction=True)
+def complete(part):
+    _ops.run_sync(conn, _ops.complete([(x, None, None) for x in part], raise_lost=False), own_transaction=True)
+import pickle
+if phase in ("claim-warm", "claim"):
+    got = claim() + claim()
+    if phase == "claim":
+        warm = len(got)
+        while True:
+            more = claim()
+            if not more:
+                break
+            got += more
+        with open(state, "wb") as f:
+            pickle.dump((got, warm), f)
+else:
+    with open(state, "rb") as f:
+        got, warm = pickle.load(f)
+    head, rest = got[:2 * c], got[warm:]
+    for i in range(0, len(head), c):
+        complete(head[i:i + c])
+    if phase == "complete":
+        for i in range(0, len(rest), c):
+            complete(rest[i:i + c])
+        print(len(rest), flush=True)
+conn.close()
+'''
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def bindir(given: str | None) -> Path:
+    """The PostgreSQL server binaries: `given`, else `pg_config --bindir`, else the newest under
+    /usr/lib/postgresql."""
+    if given:
+        return Path(given)
+    if shutil.which("pg_config"):
+        out = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, check=False).stdout.strip()
+        if out and (Path(out) / "postgres").exists():
+            return Path(out)
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"), key=lambda p: int(p.parent.parent.name))
+    if not found:
+        raise SystemExit("no PostgreSQL server binaries found: pass --bindir")
+    return found[-1].parent
+
+
+def export_tree(rev: str, where: Path) -> Path:
+    """Write `rev`'s pgq, sql and alembic folders into a new folder under `where`; return it."""
+    tree = where / f"tree-{rev}"
+    tree.mkdir()
+    archive = where / f"{rev}.tar"
+    with archive.open("wb") as out:
+        subprocess.run(["git", "-C", str(ROOT), "archive", rev, "pgq", "sql", "alembic"], stdout=out, check=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(tree, filter="data")
+    return tree
+
+
+class Cluster:
+    """A throwaway cluster whose server runs under callgrind; one output file per backend."""
+
+    def __init__(self, bins: Path, where: Path) -> None:
+        self.bins, self.where = bins, where
+        self.data, self.out = where / "data", where / "cg"
+        self.out.mkdir()
+        self.port = free_port()
+        self.user = "postgres" if os.geteuid() == 0 else None
+        if self.user:
+            shutil.chown(where, self.user)
+            shutil.chown(self.out, self.user)
+        self._as_user([str(bins / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres"])
+        with (self.data / "postgresql.conf").open("a") as conf:
+            conf.write(f"port = {self.port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{where}'\n"
+                       "autovacuum = off\nmax_connections = 20\nshared_buffers = 128MB\n")
+        log = (where / "server.log").open("w")
+        self.proc = subprocess.Popen(self._user_cmd([
+            "valgrind", "--tool=callgrind", "--vgdb=no", "--trace-children=yes", "--dump-instr=no",
+            f"--callgrind-out-file={self.out}/cg.%p", str(bins / "postgres"), "-D", str(self.data)]),
+            stdout=log, stderr=subprocess.STDOUT)
+        self.dsn = f"postgresql://postgres@127.0.0.1:{self.port}/"
+        for _ in range(600):
+            if subprocess.run([str(bins / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port)],
+                              check=False).returncode == 0:
+                return
+            time.sleep(0.2)
+        raise SystemExit(f"the server under valgrind did not start: {where / 'server.log'}")
+
+    def _user_cmd(self, cmd: list[str]) -> list[str]:
+        return ["runuser", "-u", self.user, "--", *cmd] if self.user else cmd
+
+    def _as_user(self, cmd: list[str]) -> None:
+        subprocess.run(self._user_cmd(cmd), check=True, stdout=subprocess.DEVNULL)
+
+    def instructions(self, pid: int) -> int:
+        """The instructions backend `pid` ran, once it has exited and callgrind wrote its file."""
+        path = self.out / f"cg.{pid}"
+        for _ in range(600):
+            if path.exists():
+                for line in path.read_text(errors="replace").splitlines():
+                    if line.startswith(("summary:", "totals:")):
+                        return int(line.split()[1])
+            time.sleep(0.1)
+        raise RuntimeError(f"callgrind wrote no totals to {path}")
+
+    def stop(self) -> None:
+        """Stop the server (fast shutdown)."""
+        subprocess.run(self._user_cmd([str(self.bins / "pg_ctl"), "-D", str(self.data), "stop", "-m", "fast"]),
+                       check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc.wait(60)
+
+
+def measure(cluster: Cluster, name: str, tree: Path, jobs: int, b: int, c: int, tmp: Path) -> tuple[float, float]:
+    """Instructions per job of claims and of completes for the pgq of `tree`."""
+    import psycopg
+
+    db = f"instr_{name}"
+    with psycopg.connect(cluster.dsn + "postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {db}")
+        conn.execute(f"CREATE DATABASE {db}")
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    # Run from the tree: `python -m` puts the working directory first on sys.path.
+    subprocess.run([sys.executable, "-m", "pgq", "migrate", "--dsn", cluster.dsn + db], env=env, cwd=tree,
+                   check=True, stdout=subprocess.DEVNULL)
+    with psycopg.connect(cluster.dsn + db, autocommit=True) as conn:
+        conn.execute("INSERT INTO pgq.jobs (queue, kind, payload) "
+                     "SELECT 'bench', 'bench', '{\"i\": 1}' FROM generate_series(1, %s)", (jobs + 4 * b,))
+        conn.execute("VACUUM ANALYZE pgq.jobs")
+    script, state = tmp / "phases.py", tmp / f"{name}.pickle"
+    script.write_text(PHASES)
+    counts: dict[str, int] = {}
+    done = 0
+    for phase in ("claim-warm", "claim", "complete-warm", "complete"):
+        out = subprocess.run([sys.executable, str(script), cluster.dsn + db, phase, str(b), str(c), str(state)],
+                             env=env, check=True, capture_output=True, text=True).stdout.split()
+        counts[phase] = cluster.instructions(int(out[0]))
+        if phase == "complete":
+            done = int(out[1])
+    return ((counts["claim"] - counts["claim-warm"]) / done, (counts["complete"] - counts["complete-warm"]) / done)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--baseline", default="caf8cde", help="the commit to compare with (default caf8cde)")
+    parser.add_argument("--jobs", type=int, default=4000, help="jobs claimed and completed after the warm-up "
+                        "(default 4,000)")
+    parser.add_argument("--claim-batch", type=int, default=512, help="jobs per claim (default 512: the "
+                        "worker's batch in W3 on 2 cores)")
+    parser.add_argument("--complete-batch", type=int, default=150, help="jobs per acknowledgement (default "
+                        "150: the worker's batch in W3 on 2 cores)")
+    parser.add_argument("--bindir", help="PostgreSQL server binaries (default: pg_config --bindir)")
+    opts = parser.parse_args()
+    if opts.jobs < 1 or opts.claim_batch < 1 or opts.complete_batch < 1:
+        parser.error("--jobs and the batches must be at least 1")
+    if not shutil.which("valgrind"):
+        parser.error("valgrind is not installed (Debian: apt-get install valgrind)")
+    with tempfile.TemporaryDirectory(prefix="pgq-instructions-") as tmp_name:
+        tmp = Path(tmp_name)
+        tmp.chmod(0o755)  # the server may run as another user (postgres, when this runs as root)
+        (tmp / "server").mkdir()
+        cluster = Cluster(bindir(opts.bindir), tmp / "server")
+        try:
+            sides = {"HEAD": ROOT, opts.baseline: export_tree(opts.baseline, tmp)}
+            print(f"instructions per job, {opts.jobs} jobs, claims of {opts.claim_batch}, acknowledgements of "
+                  f"{opts.complete_batch} ({bindir(opts.bindir)})")
+            results: dict[str, tuple[float, float]] = {}
+            for i, (name, tree) in enumerate(sides.items()):
+                results[name] = measure(cluster, f"s{i}", tree, opts.jobs, opts.claim_batch, opts.complete_batch, tmp)
+                claim, complete = results[name]
+                print(f"  {name:>10}: claim {claim:9,.0f}  complete {complete:9,.0f}  both {claim + complete:9,.0f}",
+                      flush=True)
+            (hc, hk), (bc, bk) = results["HEAD"], results[opts.baseline]
+            print(f"  HEAD / {opts.baseline}: claim {hc / bc:.3f}  complete {hk / bk:.3f}  "
+                  f"both {(hc + hk) / (bc + bk):.3f}")
+        finally:
+            cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

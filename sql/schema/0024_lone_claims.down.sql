@@ -1,0 +1,2 @@
+-- pgq schema, revision 0024 down: pgq.claim as revision 0023 defined it.
+-- pgq:function claim@previous
