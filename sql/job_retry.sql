@@ -6,6 +6,8 @@
 -- outcome (retrying the child overrides the parent that cancelled it); one that is waiting, queued
 -- or running (perhaps retried itself) is waited for, and its outcome applies to the job when it
 -- finishes, as to any waiting job. Plain jobs find no edges and are queued.
+--
+-- A retry is recorded in pgq.job_audit with `actor` (NULL: not named) and the role (db_role's default).
 WITH parents AS MATERIALIZED (
     -- The job's parents, share-locked in id order before the job itself (parents are older than
     -- their children: one global order). A parent finishing concurrently either committed first, and
@@ -46,6 +48,10 @@ wake AS (
     SELECT count(pg_notify('pgq', CASE WHEN octet_length(r.queue) <= 1000 THEN r.queue ELSE '*' END)) AS n
     FROM retried r
     WHERE r.status = 'queued'
+),
+audit AS (
+    INSERT INTO pgq.job_audit (action, actor, job_ids)
+    SELECT 'retry', %(actor)s::text, ARRAY[r.id] FROM retried r
 )
 SELECT r.*, (SELECT w.n FROM wake w) AS woke
 FROM retried r

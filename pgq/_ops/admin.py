@@ -24,33 +24,24 @@ from .core import (
     _check_id,
     _queue_name,
     _text_list,
+    check_actor,
 )
 
 
-def cancel(job_id: int) -> Operation[Job]:
-    """Cancel a waiting, queued or running job; raises NotFound or InvalidState (already finished)."""
+def cancel(job_id: int, actor: str | None = None) -> Operation[Job]:
+    """Cancel a waiting, queued or running job; raises NotFound or InvalidState (already finished).
+    pgq.cancel records it in pgq.job_audit: `actor` (None: not named) and the database role."""
     _check_id(job_id)
+    named = check_actor(actor)
 
     def steps() -> Steps[Job]:
-        rows = yield Stmt("job_cancel", {"id": job_id})
+        rows = yield Stmt("job_cancel", {"id": job_id, "actor": named})
         if rows:
             return Job.from_row(rows[0])
         current = yield from _get(job_id)
         raise InvalidState(job_id, current.status.value, "cancel")
 
     return Operation("job_cancel", steps)
-
-
-def audited(op: Operation[Job], action: str, job_id: int, actor: str) -> Operation[Job]:
-    """`op`, the cancel or retry (`action`) of job `job_id`, and its record in pgq.job_audit naming
-    `actor`, in one transaction: the record exists if and only if the action was done."""
-
-    def steps() -> Steps[Job]:
-        job = yield from op.steps()
-        yield Stmt("job_audit_add", {"action": action, "actor": actor, "id": job_id}, fetch="none")
-        return job
-
-    return Operation(op.name, steps, transaction=True)
 
 
 def wait_mark(job_id: int) -> Operation[Job]:
@@ -67,15 +58,17 @@ def wait_mark(job_id: int) -> Operation[Job]:
     return Operation("job_wait_mark", steps, retry_safe=True)
 
 
-def retry(job_id: int) -> Operation[Job]:
+def retry(job_id: int, actor: str | None = None) -> Operation[Job]:
     """Queue a failed or cancelled job again with fresh attempts (a job with parents waits, with a
-    recounted pending_parents, for those not finished yet); raises NotFound, or InvalidState when it
-    is not failed/cancelled or another active job holds its dedupe key."""
+    recounted pending_parents, for those not finished yet), recorded in pgq.job_audit with `actor`
+    (None: not named) and the database role; raises NotFound, or InvalidState when it is not
+    failed/cancelled or another active job holds its dedupe key."""
     _check_id(job_id)
+    named = check_actor(actor)
 
     def steps() -> Steps[Job]:
         try:
-            rows = yield Stmt("job_retry", {"id": job_id})
+            rows = yield Stmt("job_retry", {"id": job_id, "actor": named})
         except pg_errors.UniqueViolation as exc:
             detail = CONSTRAINT_MESSAGES.get(exc.diag.constraint_name or "", "unique violation")
             raise InvalidState(job_id, "failed or cancelled", "retry", detail) from None
@@ -304,24 +297,29 @@ def queue_stats() -> Operation[list[dict[str, Any]]]:
     return Operation("queue_stats", steps, retry_safe=True)
 
 
-def pause(queue: str) -> Operation[bool]:
+def pause(queue: str, actor: str | None = None) -> Operation[bool]:
     """Pause `queue`: once this returns no worker claims its jobs (enqueue still works, running jobs
-    finish). True if it was running, False if it was paused already. Idempotent."""
+    finish). True if it was running, False if it was paused already. Idempotent. A pause that
+    changed the state records `actor` (None: the database role) as who paused it, with the role
+    (pgq.paused_queues, pgq.control_audit)."""
     name = _queue_name(queue)
+    named = check_actor(actor)
 
     def steps() -> Steps[bool]:
-        rows = yield Stmt("queue_pause", {"queue": name})
+        rows = yield Stmt("queue_pause", {"queue": name, "actor": named})
         return bool(rows[0]["changed"])
 
     return Operation("queue_pause", steps, retry_safe=True)
 
 
-def resume(queue: str) -> Operation[bool]:
-    """Resume a paused `queue` and wake idle workers; True if it was paused. Idempotent."""
+def resume(queue: str, actor: str | None = None) -> Operation[bool]:
+    """Resume a paused `queue` and wake idle workers; True if it was paused. Idempotent. A resume that
+    changed the state is recorded in pgq.control_audit with `actor` (None: not named) and the role."""
     name = _queue_name(queue)
+    named = check_actor(actor)
 
     def steps() -> Steps[bool]:
-        rows = yield Stmt("queue_resume", {"queue": name})
+        rows = yield Stmt("queue_resume", {"queue": name, "actor": named})
         return bool(rows[0]["changed"])
 
     return Operation("queue_resume", steps, retry_safe=True)

@@ -80,6 +80,21 @@ def _check_id(job_id: object) -> None:
     check_job_id(job_id)  # an int within bigint (pgq.bounds)
 
 
+ACTOR_MAX = 200
+"""Longest actor name an operation records (pgq.job_audit.actor, pgq.control_audit.actor,
+pgq.paused_queues.paused_by)."""
+
+
+def check_actor(actor: object) -> str | None:
+    """`actor` as an operation records it: None (no name: the database role stands alone) or a str of
+    1..ACTOR_MAX characters without NUL ("" counts as None). Raises InvalidJob otherwise."""
+    if actor is None or actor == "":
+        return None
+    if not isinstance(actor, str) or "\x00" in actor or len(actor) > ACTOR_MAX:
+        raise InvalidJob(f"actor must be a str of at most {ACTOR_MAX} characters without NUL, got {actor!r}")
+    return actor
+
+
 def _clean_text(text: str) -> str:
     # Error texts come from exceptions and may hold anything; Postgres text cannot hold NUL, nor a
     # lone surrogate (a file name decoded with surrogateescape), which is kept as its escape.
@@ -91,8 +106,8 @@ def _clean_text(text: str) -> str:
 # sending the result of one of these to a frozen client holds those rows. No other statement takes
 # a row lock (READ_ONLY_STATEMENTS); tests check that every .sql file is in exactly one of the two.
 WRITING_STATEMENTS: tuple[str, ...] = (
-    "concurrency_limit_delete", "concurrency_limit_set", "dashboard_job_run_now", "dashboard_paused_by",
-    "group_limits_delete", "group_limits_set", "job_after_finish", "job_audit_add", "job_cancel", "job_cancel_many",
+    "concurrency_limit_delete", "concurrency_limit_set", "dashboard_job_run_now",
+    "group_limits_delete", "group_limits_set", "job_after_finish", "job_cancel", "job_cancel_many",
     "job_claim", "job_claim_fast", "job_complete", "job_complete_skip", "job_delete_many", "job_enqueue",
     "job_enqueue_after", "job_enqueue_one", "job_enqueue_unique", "job_error_set", "job_fail", "job_fail_skip",
     "job_heartbeat", "job_heartbeat_skip", "job_insert", "job_insert_one", "job_purge", "job_rescue", "job_retry",

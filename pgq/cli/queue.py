@@ -11,7 +11,18 @@ from psycopg.rows import dict_row
 
 from .. import _sql
 from .._ops.admin import parse_rate
-from .common import EXIT_OK, EXIT_USAGE, CliError, Commands, Formatter, open_queue, queue_exists, warn
+from .common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    Commands,
+    Formatter,
+    actor_of,
+    add_actor,
+    open_queue,
+    queue_exists,
+    warn,
+)
 from .render import cell, format_age, print_rows, render_table, seconds_of
 
 __all__ = ["format_group_limits", "format_queues", "register"]
@@ -51,16 +62,21 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
                     "Running jobs finish; enqueueing still works. Pausing a paused queue changes nothing.\n"
                     "pgq keeps no list of queues (a queue exists through its jobs), so a queue that holds\n"
                     "no job yet is paused too, ahead of its first job, with a warning on stderr in case\n"
-                    "the name is mistyped (exit status 0).",
+                    "the name is mistyped (exit status 0). A pause that changes the state is recorded\n"
+                    "with --actor and your database role (pgq.paused_queues, pgq.control_audit), and\n"
+                    "`pgq jobs explain` names them.",
     )
     q.add_argument("name", metavar="NAME", help="queue name")
+    add_actor(q)
     q.set_defaults(handler=cmd_queue_pause)
 
     q = actions.add_parser(
         "resume", parents=[dsn], formatter_class=Formatter, help="let workers claim a paused queue's jobs again",
-        description="Resume paused queue NAME and wake idle workers, so its ready jobs start at once.",
+        description="Resume paused queue NAME and wake idle workers, so its ready jobs start at once.\n"
+                    "Recorded in pgq.control_audit with --actor and your database role.",
     )
     q.add_argument("name", metavar="NAME", help="queue name")
+    add_actor(q)
     q.set_defaults(handler=cmd_queue_resume)
 
     q = actions.add_parser(
@@ -136,8 +152,9 @@ def cmd_queue_list(args: argparse.Namespace) -> int:
 
 def cmd_queue_pause(args: argparse.Namespace) -> int:
     """`pgq queue pause NAME`."""
+    actor = actor_of(args)
     with open_queue(args) as queue:
-        changed = queue.pause(args.name)
+        changed = queue.pause(args.name, actor=actor)
         known = queue_exists(queue, args.name)
     if not known:
         warn(f"queue {cell(args.name)!r} holds no jobs: paused anyway, ahead of its first job (a mistyped "
@@ -148,8 +165,9 @@ def cmd_queue_pause(args: argparse.Namespace) -> int:
 
 def cmd_queue_resume(args: argparse.Namespace) -> int:
     """`pgq queue resume NAME`."""
+    actor = actor_of(args)
     with open_queue(args) as queue:
-        changed = queue.resume(args.name)
+        changed = queue.resume(args.name, actor=actor)
     print(f"queue {cell(args.name)} is running" + ("" if changed else " (it was not paused)"))
     return EXIT_OK
 

@@ -391,15 +391,17 @@ class AsyncQueue:
         """
         return await self._run(_ops.rescue_expired())
 
-    async def cancel(self, job_id: int) -> Job:
+    async def cancel(self, job_id: int, *, actor: str | None = None) -> Job:
         """Cancel a waiting, queued or running job; returns it (status `cancelled`, never retried).
         Raises NotFound, or InvalidState when the job already finished. A running job's worker is
         told in the same transaction (NOTIFY on channel pgq_cancel; without LISTEN, its next lease
         check) and stops the handler: an async handler gets CancelledError, a sync one sees
         `pgq.cancel_requested()` turn True. Whatever the handler returns then is discarded. Jobs
         that depend on it and need it to succeed are cancelled with it (see `enqueue`).
+        Recorded in pgq.job_audit with `actor`, who asked as you name them (unverified; None: not
+        named), and the database role (session_user), which the caller cannot choose.
         """
-        return await self._run(_ops.cancel(job_id))
+        return await self._run(_ops.cancel(job_id, actor))
 
     async def wait(self, job_id: int, timeout: dt.timedelta | float | None = None) -> Job:
         """Block until job `job_id` is succeeded, failed or cancelled, and return it (with its
@@ -429,13 +431,14 @@ class AsyncQueue:
             if waiters is not None:
                 waiters.remove(job_id, woken.set)
 
-    async def retry(self, job_id: int) -> Job:
+    async def retry(self, job_id: int, *, actor: str | None = None) -> Job:
         """Queue a failed or cancelled job again with fresh attempts; returns it. A job with parents
         (`depends_on`) is `waiting` instead while some of them have not finished, and runs once they
         have (it is cancelled if one it needs fails); finished parents count as done, whatever their
         outcome. Raises NotFound, or InvalidState (not failed/cancelled, or its dedupe key is held by
-        another active job)."""
-        return await self._run(_ops.retry(job_id))
+        another active job). Recorded in pgq.job_audit with `actor`, who asked as you name them (unverified; None: not
+        named), and the database role (session_user), which the caller cannot choose."""
+        return await self._run(_ops.retry(job_id, actor))
 
     async def get(self, job_id: int) -> Job | None:
         """Return the job with this id, or None. Raises pgq.bounds.UndecodableJob (a PgqError) for a
@@ -478,17 +481,21 @@ class AsyncQueue:
         with `unknown_kinds`: {kind: queued jobs that no live worker of the queue knows}."""
         return await self._run(_ops.queue_stats())
 
-    async def pause(self, queue: str) -> bool:
+    async def pause(self, queue: str, *, actor: str | None = None) -> bool:
         """Pause `queue`: once this returns, no worker anywhere claims its jobs (no restart needed);
         jobs already running finish, and enqueueing still works. Returns True if the queue was
         running, False if it was paused already. Needs an administrator's rights; raises
         InvalidJob for an empty name and a psycopg error when a hung claim holds the lock over 5 s
-        (then nothing changed)."""
-        return await self._run(_ops.pause(queue))
+        (then nothing changed). A pause that changed the state records `actor` (unverified; None:
+        the database role) as who paused it, with the role, in pgq.paused_queues and
+        pgq.control_audit (explain shows them)."""
+        return await self._run(_ops.pause(queue, actor))
 
-    async def resume(self, queue: str) -> bool:
-        """Resume a paused `queue` and wake idle workers; True if it was paused, False if not."""
-        return await self._run(_ops.resume(queue))
+    async def resume(self, queue: str, *, actor: str | None = None) -> bool:
+        """Resume a paused `queue` and wake idle workers; True if it was paused, False if not. A
+        resume that changed the state is recorded in pgq.control_audit with `actor` (unverified;
+        None: not named) and the database role."""
+        return await self._run(_ops.resume(queue, actor))
 
     async def list(
         self,

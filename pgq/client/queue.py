@@ -379,15 +379,17 @@ class Queue:
         """
         return self._run(_ops.rescue_expired())
 
-    def cancel(self, job_id: int) -> Job:
+    def cancel(self, job_id: int, *, actor: str | None = None) -> Job:
         """Cancel a waiting, queued or running job; returns it (status `cancelled`, never retried).
         Raises NotFound, or InvalidState when the job already finished. A running job's worker is
         told in the same transaction (NOTIFY on channel pgq_cancel; without LISTEN, its next lease
         check) and stops the handler: an async handler gets CancelledError, a sync one sees
         `pgq.cancel_requested()` turn True. Whatever the handler returns then is discarded. Jobs
         that depend on it and need it to succeed are cancelled with it (see `enqueue`).
+        Recorded in pgq.job_audit with `actor`, who asked as you name them (unverified; None: not
+        named), and the database role (session_user), which the caller cannot choose.
         """
-        return self._run(_ops.cancel(job_id))
+        return self._run(_ops.cancel(job_id, actor))
 
     def wait(self, job_id: int, timeout: dt.timedelta | float | None = None) -> Job:
         """Block until job `job_id` is succeeded, failed or cancelled, and return it (with its
@@ -417,13 +419,14 @@ class Queue:
             if waiters is not None:
                 waiters.remove(job_id, woken.set)
 
-    def retry(self, job_id: int) -> Job:
+    def retry(self, job_id: int, *, actor: str | None = None) -> Job:
         """Queue a failed or cancelled job again with fresh attempts; returns it. A job with parents
         (`depends_on`) is `waiting` instead while some of them have not finished, and runs once they
         have (it is cancelled if one it needs fails); finished parents count as done, whatever their
         outcome. Raises NotFound, or InvalidState (not failed/cancelled, or its dedupe key is held by
-        another active job)."""
-        return self._run(_ops.retry(job_id))
+        another active job). Recorded in pgq.job_audit with `actor`, who asked as you name them (unverified; None: not
+        named), and the database role (session_user), which the caller cannot choose."""
+        return self._run(_ops.retry(job_id, actor))
 
     def get(self, job_id: int) -> Job | None:
         """Return the job with this id, or None. Raises pgq.bounds.UndecodableJob (a PgqError) for a
@@ -466,17 +469,21 @@ class Queue:
         with `unknown_kinds`: {kind: queued jobs that no live worker of the queue knows}."""
         return self._run(_ops.queue_stats())
 
-    def pause(self, queue: str) -> bool:
+    def pause(self, queue: str, *, actor: str | None = None) -> bool:
         """Pause `queue`: once this returns, no worker anywhere claims its jobs (no restart needed);
         jobs already running finish, and enqueueing still works. Returns True if the queue was
         running, False if it was paused already. Needs an administrator's rights; raises
         InvalidJob for an empty name and a psycopg error when a hung claim holds the lock over 5 s
-        (then nothing changed)."""
-        return self._run(_ops.pause(queue))
+        (then nothing changed). A pause that changed the state records `actor` (unverified; None:
+        the database role) as who paused it, with the role, in pgq.paused_queues and
+        pgq.control_audit (explain shows them)."""
+        return self._run(_ops.pause(queue, actor))
 
-    def resume(self, queue: str) -> bool:
-        """Resume a paused `queue` and wake idle workers; True if it was paused, False if not."""
-        return self._run(_ops.resume(queue))
+    def resume(self, queue: str, *, actor: str | None = None) -> bool:
+        """Resume a paused `queue` and wake idle workers; True if it was paused, False if not. A
+        resume that changed the state is recorded in pgq.control_audit with `actor` (unverified;
+        None: not named) and the database role."""
+        return self._run(_ops.resume(queue, actor))
 
     def list(
         self,

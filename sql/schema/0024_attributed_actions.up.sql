@@ -1,0 +1,54 @@
+-- pgq schema, revision 0024: every operator action attributed and audited (issue #44). Each action
+-- records two names: the actor its caller claims (the dashboard's user, the CLI's --actor, Python's
+-- actor=; NULL when none is named) and the database role that ran it (session_user), which the
+-- caller cannot choose. What a role could write anyway it can still forge: an administrator owns
+-- these tables.
+--   - pgq.cancel records every cancel in pgq.job_audit (also straight from SQL), and takes the actor;
+--   - pgq.pause records the actor (else the role) and the role in pgq.paused_queues, and pause and
+--     resume record themselves in pgq.control_audit, a new table for actions on queues;
+--   - pgq.explain names who cancelled a job and who paused its queue, with the role.
+
+-- 1. Actions on queues.
+CREATE TABLE pgq.control_audit (
+    id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at      timestamptz NOT NULL DEFAULT now(),
+    action  text NOT NULL CHECK (action IN ('pause', 'resume')),
+    target  text NOT NULL,
+    actor   text,
+    db_role text NOT NULL DEFAULT session_user
+);
+-- The history of one queue, newest first.
+CREATE INDEX control_audit_target_idx ON pgq.control_audit (target, id);
+COMMENT ON TABLE pgq.control_audit IS
+    'Actions on queues (pause, resume) that changed something, one row each, in the action''s transaction.';
+COMMENT ON COLUMN pgq.control_audit.id IS 'Row id.';
+COMMENT ON COLUMN pgq.control_audit.at IS 'When (database clock).';
+COMMENT ON COLUMN pgq.control_audit.action IS 'pause or resume.';
+COMMENT ON COLUMN pgq.control_audit.target IS 'The queue.';
+COMMENT ON COLUMN pgq.control_audit.actor IS 'Who asked, as the caller named them (unverified); NULL: none named (see db_role).';
+COMMENT ON COLUMN pgq.control_audit.db_role IS 'The database role that ran it (session_user).';
+
+-- 2. Who paused a queue: the actor, and the role (NULL for queues paused before this revision).
+ALTER TABLE pgq.paused_queues ADD COLUMN paused_role text;
+ALTER TABLE pgq.paused_queues ALTER COLUMN paused_role SET DEFAULT session_user;
+ALTER TABLE pgq.paused_queues ALTER COLUMN paused_by SET DEFAULT session_user;
+COMMENT ON COLUMN pgq.paused_queues.paused_by IS
+    'Who paused it: the actor the caller named (unverified), else the database role.';
+COMMENT ON COLUMN pgq.paused_queues.paused_role IS
+    'The database role that paused it (session_user); NULL: paused before revision 0024.';
+
+COMMENT ON TABLE pgq.job_audit IS
+    'Actions on jobs: one row per bulk batch (its own transaction) or per single action (cancel, retry, '
+    'run now), with the jobs it changed. The jobs of a deleted batch are gone; their ids stay here.';
+COMMENT ON COLUMN pgq.job_audit.actor IS
+    'Who asked, as the caller named them (unverified: the dashboard''s user, the CLI''s --actor, '
+    'Python''s actor=); NULL: none named (see db_role).';
+
+-- 3. The functions. Their signatures gain `actor`: the old ones are dropped (no overloads).
+DROP FUNCTION pgq.cancel(bigint);
+-- pgq:function cancel
+DROP FUNCTION pgq.pause(text);
+-- pgq:function pause
+DROP FUNCTION pgq.resume(text);
+-- pgq:function resume
+-- pgq:function explain
