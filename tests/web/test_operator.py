@@ -147,11 +147,20 @@ def test_single_actions_and_pauses_name_the_hosts_user(dashboard: Client, pgq_qu
         {"action": "cancel", "actor": "alice"}, {"action": "retry", "actor": "dashboard"}]
     client.post("/api/queues/mail/pause", headers={**JSON, "X-User": "bob"})
     client.post("/api/queues/mail/pause", headers={**JSON, "X-User": "carol"})  # paused already: keeps bob
-    assert db("SELECT paused_by FROM pgq.paused_queues") == [{"paused_by": "bob"}]
-    explain = client.get(f"/api/jobs/{pgq_queue.enqueue('k', queue='mail')}/explain").json()
+    assert db("SELECT paused_by, paused_role FROM pgq.paused_queues") == [
+        {"paused_by": "bob", "paused_role": "postgres"}]
+    waiting = pgq_queue.enqueue("k", queue="mail")
+    explain = client.get(f"/api/jobs/{waiting}/explain").json()
     assert any(r["facts"].get("paused_by") == "bob" for r in explain["reasons"])
-    page = client.get(f"/jobs/{cancelled}").text
+    assert "queue mail is paused (by bob via role postgres since " in unescape(client.get(f"/jobs/{waiting}").text)
+    client.post("/api/queues/mail/resume", headers={**JSON, "X-User": "dave"})
+    assert db("SELECT action, target, actor, db_role FROM pgq.control_audit ORDER BY id") == [
+        {"action": "pause", "target": "mail", "actor": "bob", "db_role": "postgres"},
+        {"action": "resume", "target": "mail", "actor": "dave", "db_role": "postgres"}]
+    client.post(f"/api/jobs/{cancelled}/cancel", headers={**JSON, "X-User": "alice"})
+    page = unescape(client.get(f"/jobs/{cancelled}").text)
     assert 'data-field="actor">alice<' in page
+    assert re.search(r"finished: cancelled at [^<]* by alice \(via role postgres\) after 0 attempt", page)
 
 
 def test_pause_all_pauses_every_queue_listed(dashboard: Client, pgq_queue: Queue, db: SQL) -> None:
