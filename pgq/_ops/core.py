@@ -112,8 +112,9 @@ WRITING_STATEMENTS: tuple[str, ...] = (
     "job_enqueue_after", "job_enqueue_one", "job_enqueue_unique", "job_error_set", "job_fail", "job_fail_skip",
     "job_heartbeat", "job_heartbeat_skip", "job_insert", "job_insert_one", "job_purge", "job_rescue", "job_retry",
     "job_retry_many", "job_settle", "job_snooze", "job_snooze_skip", "job_trace_context_set", "job_wait_mark",
-    "limits_changed", "maintenance_lock", "maintenance_lock_seen", "periodic_enqueue", "queue_pause", "queue_resume",
-    "rate_limit_delete", "rate_limit_set", "worker_prune", "worker_register", "worker_seen", "worker_unregister",
+    "limit_audit", "limits_changed", "maintenance_lock", "maintenance_lock_seen", "periodic_enqueue", "queue_pause",
+    "queue_resume", "rate_limit_delete", "rate_limit_set", "worker_prune", "worker_register", "worker_seen",
+    "worker_unregister",
 )
 READ_ONLY_STATEMENTS: tuple[str, ...] = (
     "dashboard_concurrency_limits", "dashboard_failed_groups", "dashboard_finished", "dashboard_guard",
@@ -121,7 +122,8 @@ READ_ONLY_STATEMENTS: tuple[str, ...] = (
     "dashboard_queue_cancelled", "dashboard_queue_failed_count", "dashboard_queue_names", "dashboard_queue_tab",
     "dashboard_queues", "dashboard_rate_limits", "dashboard_rights", "dashboard_running", "dashboard_ticks",
     "dashboard_workers", "group_limits_list", "job_dependencies", "job_explain", "job_get", "job_lease_check",
-    "job_list", "job_next_run_at", "job_select_where", "job_trace_context_get", "key_is_dirty", "ping", "queue_backlog",
+    "job_list", "job_next_run_at", "job_select_where", "job_trace_context_get", "key_is_dirty", "limit_audit_allowed",
+    "ping", "queue_backlog",
     "queue_exists", "queue_live_workers", "queue_stats", "queue_unknown_kinds", "schema_check", "session_utc",
     "stalled_session_end", "transaction_guard", "worker_list",
 )

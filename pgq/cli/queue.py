@@ -85,7 +85,8 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
         description="Set the per-group limits of jobs of KIND: at most --concurrency running jobs and at\n"
                     "most --rate starts per group key (a job's group_key), across all workers. Exact:\n"
                     "the claim enforces them. An option left out means no such limit; --remove removes\n"
-                    "both. Stored in table pgq.group_limits (Python: Queue.set_group_limits).\n"
+                    "both. Stored in table pgq.group_limits (Python: Queue.set_group_limits); a change is\n"
+                    "recorded in pgq.control_audit with --actor and your database role.\n"
                     "Without KIND and options: list the kinds that have group limits, with their grouped\n"
                     "jobs running now and how many groups those belong to.",
     )
@@ -95,6 +96,7 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
     q.add_argument("--rate", metavar="RATE", default=None,
                    help="at most so many starts per group key and window: 10/s, 5/min, 1000/h, 10/2s")
     q.add_argument("--remove", action="store_true", help="remove the kind's group limits")
+    add_actor(q)
     q.add_argument("--json", action="store_true",
                    help="list as a JSON array (per_s: the rate's window in seconds) instead of a table")
     q.set_defaults(handler=cmd_queue_group_limits)
@@ -192,8 +194,9 @@ def cmd_queue_group_limits(args: argparse.Namespace) -> int:
     if args.concurrency is not None and args.concurrency < 1:
         raise CliError(f"--concurrency must be >= 1, got {args.concurrency}", EXIT_USAGE)
     rate = None if args.rate is None else parse_rate(args.rate)
+    actor = actor_of(args)
     with open_queue(args) as queue:
-        queue.set_group_limits(args.kind, concurrency=args.concurrency, rate=rate)
+        queue.set_group_limits(args.kind, concurrency=args.concurrency, rate=rate, actor=actor)
     if args.remove:
         print(f"kind {cell(args.kind)}: no group limits")
     else:

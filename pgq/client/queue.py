@@ -439,26 +439,32 @@ class Queue:
         short transaction) until none is left; returns how many were deleted."""
         return self._run(_ops.purge(older_than))
 
-    def set_concurrency_limit(self, kind: str, limit: int | None) -> None:
+    def set_concurrency_limit(self, kind: str, limit: int | None, *, actor: str | None = None) -> None:
         """Allow at most `limit` running jobs of `kind` across all workers (None removes the limit).
-        The limit applies to claims that start after this returns."""
-        self._run(_ops.set_concurrency_limit(kind, limit))
+        The limit applies to claims that start after this returns. A change is recorded in
+        pgq.control_audit with `actor` (unverified; None: not named) and the database role, when the
+        role may write it (pgq's admin; not a worker setting its tasks' limits at start-up)."""
+        self._run(_ops.set_concurrency_limit(kind, limit, actor))
 
-    def set_rate_limit(self, kind: str, rate: str | tuple[int, float] | None) -> None:
+    def set_rate_limit(self, kind: str, rate: str | tuple[int, float] | None, *,
+                       actor: str | None = None) -> None:
         """Let at most so many jobs of `kind` start in any window of that length, across all
         workers: "100/s", "5/min", "1000/h", "10/2s", or (max_starts, seconds); None removes the
         limit. Exact (a sliding window on the database clock, counted by the claim under a lock);
-        jobs over the limit stay queued until the window has room. Raises InvalidJob for a bad rate."""
-        self._run(_ops.set_rate_limit(kind, rate))
+        jobs over the limit stay queued until the window has room. Raises InvalidJob for a bad rate.
+        A change is recorded as `set_concurrency_limit` records it."""
+        self._run(_ops.set_rate_limit(kind, rate, actor))
 
     def set_group_limits(self, kind: str, *, concurrency: int | None = None,
-                               rate: str | tuple[int, float] | None = None) -> None:
+                               rate: str | tuple[int, float] | None = None,
+                               actor: str | None = None) -> None:
         """Set the per-group limits of `kind`: at most `concurrency` running jobs per group key, and
         at most `rate` starts per group key ("10/s", "5/min", (max_starts, seconds)), across all
         workers; None: no such limit (both None removes the kind's group limits). Exact, enforced by
         the claim; jobs without a group key are not limited by them. Applies to claims that start
-        after this returns. Raises InvalidJob for bad values."""
-        self._run(_ops.set_group_limits(kind, concurrency, rate))
+        after this returns. Raises InvalidJob for bad values. A change is recorded as
+        `set_concurrency_limit` records it."""
+        self._run(_ops.set_group_limits(kind, concurrency, rate, actor))
 
     def is_dirty(self, queue: str, key: str) -> bool:
         """True when `key` has input no successful run has processed yet (an active job)."""

@@ -7,26 +7,34 @@
 --   - pgq.pause records the actor (else the role) and the role in pgq.paused_queues, and pause and
 --     resume record themselves in pgq.control_audit, a new table for actions on queues;
 --   - pgq.explain names who cancelled a job and who paused its queue, with the role.
+-- Limit changes are recorded in pgq.control_audit by pgq's client (sql/limit_audit.sql), in the
+-- change's transaction, when the role may write it (pgq's admin; not a worker setting its tasks'
+-- limits at start-up).
 
--- 1. Actions on queues.
+-- 1. Actions on queues and on the limits of kinds.
 CREATE TABLE pgq.control_audit (
     id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     at      timestamptz NOT NULL DEFAULT now(),
-    action  text NOT NULL CHECK (action IN ('pause', 'resume')),
+    action  text NOT NULL CHECK (action IN ('pause', 'resume', 'concurrency_limit', 'rate_limit', 'group_limits')),
     target  text NOT NULL,
     actor   text,
-    db_role text NOT NULL DEFAULT session_user
+    db_role text NOT NULL DEFAULT session_user,
+    details jsonb NOT NULL DEFAULT '{}' CHECK (pgq.json_bounded(details))
 );
--- The history of one queue, newest first.
+-- The history of one queue or kind, newest first.
 CREATE INDEX control_audit_target_idx ON pgq.control_audit (target, id);
 COMMENT ON TABLE pgq.control_audit IS
-    'Actions on queues (pause, resume) that changed something, one row each, in the action''s transaction.';
+    'Actions on queues (pause, resume) and on the limits of kinds that changed something, one row each, '
+    'in the action''s transaction.';
 COMMENT ON COLUMN pgq.control_audit.id IS 'Row id.';
 COMMENT ON COLUMN pgq.control_audit.at IS 'When (database clock).';
-COMMENT ON COLUMN pgq.control_audit.action IS 'pause or resume.';
-COMMENT ON COLUMN pgq.control_audit.target IS 'The queue.';
+COMMENT ON COLUMN pgq.control_audit.action IS
+    'pause, resume (a queue), or concurrency_limit, rate_limit, group_limits (a kind''s limits set or removed).';
+COMMENT ON COLUMN pgq.control_audit.target IS 'The queue (pause, resume) or the kind (limits).';
 COMMENT ON COLUMN pgq.control_audit.actor IS 'Who asked, as the caller named them (unverified); NULL: none named (see db_role).';
 COMMENT ON COLUMN pgq.control_audit.db_role IS 'The database role that ran it (session_user).';
+COMMENT ON COLUMN pgq.control_audit.details IS
+    'A limit change: {"was": the limits before, "now": after}, each null when there was or is none.';
 
 -- 2. Who paused a queue: the actor, and the role (NULL for queues paused before this revision).
 ALTER TABLE pgq.paused_queues ADD COLUMN paused_role text;

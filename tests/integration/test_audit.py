@@ -117,3 +117,32 @@ def test_a_bad_actor_is_refused_before_anything_is_sent(pgq_queue: Queue, db: SQ
             call()
     assert db("SELECT status::text FROM pgq.jobs") == [{"status": "queued"}]
     assert _audit(db) == [] and _control(db) == []
+
+
+def test_limit_changes_are_audited_once_each_with_before_and_after(pgq_queue: Queue, db: SQL) -> None:
+    pgq_queue.set_concurrency_limit("mail", 3, actor="alice")
+    pgq_queue.set_concurrency_limit("mail", 3, actor="alice")  # no change: no row
+    pgq_queue.set_concurrency_limit("mail", 5)
+    pgq_queue.set_concurrency_limit("mail", None, actor="bob")
+    pgq_queue.set_concurrency_limit("mail", None, actor="bob")  # nothing to remove: no row
+    pgq_queue.set_rate_limit("mail", "10/min", actor="alice")
+    pgq_queue.set_rate_limit("mail", (10, 60), actor="alice")  # the same rate
+    pgq_queue.set_rate_limit("mail", None, actor="alice")
+    pgq_queue.set_group_limits("mail", concurrency=2, actor="carol")
+    pgq_queue.set_group_limits("mail", concurrency=2, actor="carol")
+    pgq_queue.set_group_limits("mail", concurrency=2, rate="1/s", actor="carol")
+    pgq_queue.set_group_limits("mail", actor="carol")
+    rows = db("SELECT action, target, actor, db_role, details FROM pgq.control_audit ORDER BY id")
+    assert {r["target"] for r in rows} == {"mail"} and {r["db_role"] for r in rows} == {"postgres"}
+    assert [(r["action"], r["actor"], r["details"]) for r in rows] == [
+        ("concurrency_limit", "alice", {"was": None, "now": {"max_running": 3}}),
+        ("concurrency_limit", None, {"was": {"max_running": 3}, "now": {"max_running": 5}}),
+        ("concurrency_limit", "bob", {"was": {"max_running": 5}, "now": None}),
+        ("rate_limit", "alice", {"was": None, "now": {"max_starts": 10, "per_s": 60.0}}),
+        ("rate_limit", "alice", {"was": {"max_starts": 10, "per_s": 60}, "now": None}),
+        ("group_limits", "carol", {"was": None, "now": {"max_running": 2}}),
+        ("group_limits", "carol", {"was": {"max_running": 2},
+                                   "now": {"max_running": 2, "max_starts": 1, "per_s": 1.0}}),
+        ("group_limits", "carol", {"was": {"max_running": 2, "max_starts": 1, "per_s": 1}, "now": None}),
+    ]
+    assert db("SELECT count(*) AS n FROM pgq.concurrency_limits") == [{"n": 0}]

@@ -62,3 +62,16 @@ def test_the_admin_names_an_actor_but_not_its_role(roles: Roles) -> None:
         q.pause("q")  # no actor: the login is who paused it
         reason = next(r for r in q.explain(q.enqueue("k", queue="q")).reasons if r.code == "queue_paused")
     assert reason.facts["paused_by"] == reason.facts["paused_role"] == login
+
+
+def test_a_worker_sets_its_limits_unrecorded_and_the_admin_recorded(roles: Roles) -> None:
+    with pgq.Queue(roles.worker) as q:  # a worker's start-up: its tasks' limits, no audit to write
+        q.set_concurrency_limit("k", 2, actor="w")
+        q.set_rate_limit("k", "5/s")
+        q.set_group_limits("k", concurrency=1)
+    assert rows(roles.dsn, "SELECT count(*) AS n FROM pgq.control_audit") == [{"n": 0}]
+    with pgq.Queue(roles.admin) as q:
+        q.set_concurrency_limit("k", 3, actor="alice")
+    assert rows(roles.dsn, "SELECT action, actor, db_role, details FROM pgq.control_audit") == [
+        {"action": "concurrency_limit", "actor": "alice", "db_role": conninfo_to_dict(roles.admin)["user"],
+         "details": {"was": {"max_running": 2}, "now": {"max_running": 3}}}]

@@ -8,11 +8,13 @@ import re
 from html import unescape
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 from starlette.requests import Request
 
 from pgq import Queue
 from pgq.web import queries
 from tests.conftest import SQL
+from tests.privileges.test_roles import rows
 from tests.web.test_queries import read
 
 from .conftest import Client, Roles, basic, csrf_token
@@ -209,6 +211,9 @@ def test_limits_are_edited_by_the_admin_only(dashboard: Client, roles: Roles) ->
     assert admin.post("/limits", data={"limit": "concurrency", "kind": "mail", "max_running": "7"}).status_code == 403
     limits = admin.get("/api/limits").json()
     assert [(c["kind"], c["max_running"]) for c in limits["concurrency"]] == [("mail", 3)]
+    audit = rows(roles.dsn, "SELECT action, actor, db_role FROM pgq.control_audit ORDER BY id")
+    assert audit == [{"action": a, "actor": "dashboard", "db_role": conninfo_to_dict(roles.admin)["user"]}
+                     for a in ("concurrency_limit", "rate_limit", "group_limits")]
 
     for who in ("worker", "producer"):
         viewer = dashboard(getattr(roles, who), csrf_secret="k")
