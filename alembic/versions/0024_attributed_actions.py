@@ -1,6 +1,6 @@
-"""Every operator action attributed and audited (issue #44): pgq.cancel, pgq.pause and pgq.resume
-take the actor and record it with the database role (pgq.job_audit, pgq.control_audit,
-pgq.paused_queues.paused_role), and pgq.explain names them.
+"""Every operator action attributed and audited (issue #44): pgq.cancel, pgq.pause, pgq.resume and
+the new pgq.retry take the actor and record it with the database role (pgq.job_audit,
+pgq.control_audit, pgq.paused_queues.paused_role), and pgq.explain names them.
 
 Revision ID: 0024
 Revises: 0023
@@ -19,7 +19,7 @@ depends_on: str | None = None
 
 def upgrade() -> None:
     """Add pgq.control_audit and pgq.paused_queues.paused_role, and install the auditing pgq.cancel,
-    pgq.pause, pgq.resume and pgq.explain (sql/schema/0024_attributed_actions.up.sql)."""
+    pgq.retry, pgq.pause, pgq.resume and pgq.explain (sql/schema/0024_attributed_actions.up.sql)."""
     execute_schema_file("0024_attributed_actions.up.sql")
 
 

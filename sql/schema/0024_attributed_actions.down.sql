@@ -7,6 +7,7 @@ DROP FUNCTION pgq.pause(text, text);
 DROP FUNCTION pgq.resume(text, text);
 -- pgq:function resume@previous
 -- pgq:function explain@previous
+DROP FUNCTION pgq.retry(bigint, text);
 
 ALTER TABLE pgq.paused_queues DROP COLUMN paused_role;
 ALTER TABLE pgq.paused_queues ALTER COLUMN paused_by SET DEFAULT current_user;

@@ -4,6 +4,7 @@
 -- caller cannot choose. What a role could write anyway it can still forge: an administrator owns
 -- these tables.
 --   - pgq.cancel records every cancel in pgq.job_audit (also straight from SQL), and takes the actor;
+--     so does the new pgq.retry, every retry;
 --   - pgq.pause records the actor (else the role) and the role in pgq.paused_queues, and pause and
 --     resume record themselves in pgq.control_audit, a new table for actions on queues;
 --   - pgq.explain names who cancelled a job and who paused its queue, with the role.
@@ -60,3 +61,6 @@ DROP FUNCTION pgq.pause(text);
 DROP FUNCTION pgq.resume(text);
 -- pgq:function resume
 -- pgq:function explain
+-- A new SQL API: pgq.retry, the retry of sql/job_retry.sql as a function, so that it is audited from
+-- SQL as pgq.cancel is. Like pgq.cancel, it runs with its caller's rights (an administrator's).
+-- pgq:function retry

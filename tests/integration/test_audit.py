@@ -85,7 +85,11 @@ def test_actions_straight_in_sql_are_audited_with_the_role(pgq_queue: Queue, db:
     db("SELECT pgq.pause('q')")
     db("SELECT pgq.resume(queue_name => 'q', actor => 'dba:eve')")
     db("SELECT * FROM pgq.cancel(%s)", [job_id])
-    assert _audit(db) == [{"action": "cancel", "actor": None, "db_role": "postgres", "job_ids": [job_id]}]
+    [retried] = db("SELECT id, status::text FROM pgq.retry(%s, 'dba:eve')", [job_id])
+    assert retried == {"id": job_id, "status": "queued"}
+    assert db("SELECT * FROM pgq.retry(%s)", [job_id]) == []  # queued: not retried, not recorded
+    assert _audit(db) == [{"action": "cancel", "actor": None, "db_role": "postgres", "job_ids": [job_id]},
+                          {"action": "retry", "actor": "dba:eve", "db_role": "postgres", "job_ids": [job_id]}]
     assert _control(db) == [
         {"action": "pause", "target": "q", "actor": None, "db_role": "postgres"},
         {"action": "resume", "target": "q", "actor": "dba:eve", "db_role": "postgres"},

@@ -1,5 +1,5 @@
-"""Revision 0024's audited actions by role: a producer or a worker may not cancel, pause or resume
-through pgq.cancel / pgq.pause / pgq.resume (whatever actor it names), nor write pgq.control_audit,
+"""Revision 0024's audited actions by role: a producer or a worker may not cancel, retry, pause or
+resume through pgq.cancel / pgq.retry / pgq.pause / pgq.resume (whatever actor it names), nor write pgq.control_audit,
 pgq.job_audit or pgq.paused_queues' authors, and changes nothing; it may read the audit. The admin's
 actions record the actor it names and its login role (session_user), also under SET ROLE: the name
 is a claim, the role is what the database checked."""
@@ -23,10 +23,13 @@ AUDIT_STATE = ("SELECT (SELECT count(*) FROM pgq.job_audit) AS jobs, (SELECT cou
 def test_only_the_admin_may_take_audited_actions_and_nobody_writes_the_audit(roles: Roles) -> None:
     with pgq.Queue(roles.dsn) as q:
         job_id = q.enqueue("k", queue="q")
+        failed = q.enqueue("k", queue="f")
+        q.cancel(failed, actor="root")
         q.pause("held", actor="root")
     before, audit_before = table_state(roles), rows(roles.dsn, AUDIT_STATE)
     for dsn in (roles.producer, roles.worker):
         for statement in (f"SELECT * FROM pgq.cancel({job_id}, 'alice')",
+                          f"SELECT * FROM pgq.retry({failed}, 'alice')",
                           "SELECT pgq.pause('q', 'alice')",
                           "SELECT pgq.resume('held', 'alice')",
                           "INSERT INTO pgq.control_audit (action, target, actor) VALUES ('pause', 'q', 'alice')",
@@ -37,6 +40,7 @@ def test_only_the_admin_may_take_audited_actions_and_nobody_writes_the_audit(rol
             assert_refused(dsn, statement)
         with pgq.Queue(dsn) as q:
             refused(lambda: q.cancel(job_id, actor="alice"))
+            refused(lambda: q.retry(failed, actor="alice"))
             refused(lambda: q.pause("q", actor="alice"))
             refused(lambda: q.resume("held", actor="alice"))
         assert rows(dsn, "SELECT action, actor FROM pgq.control_audit") == [
