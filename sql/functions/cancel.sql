@@ -18,7 +18,7 @@ BEGIN
     END IF;
     PERFORM pgq.after_finish(ARRAY[job_id]);
     IF done THEN
-        -- Revision 0024: every cancel is audited, from SQL too. db_role takes its default
+        -- Revision 0025: every cancel is audited, from SQL too. db_role takes its default
         -- (session_user): the caller names the actor, the database says who it is.
         INSERT INTO pgq.job_audit (action, actor, job_ids)
         VALUES ('cancel', nullif(cancel.actor, ''), ARRAY[cancel.job_id]);

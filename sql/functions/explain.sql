@@ -22,7 +22,7 @@ serving AS (
       AND (w.queues IS NULL OR a.queue = ANY(w.queues))
 ),
 blockers AS (
-    -- Revision 0024: a cancelled job says who cancelled it, from its newest audited cancel at or
+    -- Revision 0025: a cancelled job says who cancelled it, from its newest audited cancel at or
     -- after it finished (none: cancelled as a dependent, or before cancels were audited).
     SELECT 1 AS ord, 'finished' AS reason,
            format('finished: %s at %s%s after %s attempt(s)%s', j.status, j.finished_at,
@@ -78,7 +78,7 @@ blockers AS (
            OR NOT EXISTS (SELECT 1 FROM pgq.job_dependencies s
                           WHERE s.job_id = a.id AND s.parent_outcome IS NULL AND s.sequence_hold IS NOT NULL))
     UNION ALL
-    -- Revision 0024: who paused it (the actor named) and through which role (NULL: paused before 0024).
+    -- Revision 0025: who paused it (the actor named) and through which role (NULL: paused before 0025).
     SELECT 6, 'queue_paused',
            format('queue %s is paused (by %s since %s)', p.queue,
                   CASE WHEN p.paused_role IS NULL OR p.paused_role = p.paused_by THEN p.paused_by

@@ -3,7 +3,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
--- Revision 0024: sql/job_retry.sql as a function, so that a retry in SQL is audited too. PL/pgSQL,
+-- Revision 0025: sql/job_retry.sql as a function, so that a retry in SQL is audited too. PL/pgSQL,
 -- whose body is not analysed at creation: it names the enum value 'waiting', which may be new in the
 -- migrating transaction (revision 0007 adds it). Parameters are qualified (retry.job_id): a column
 -- of pgq.job_dependencies has the same name.

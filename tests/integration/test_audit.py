@@ -1,4 +1,4 @@
-"""Every operator action attributed and audited (issue #44, revision 0024): single cancels and retries
+"""Every operator action attributed and audited (issue #44, revision 0025): single cancels and retries
 from Python and straight from SQL write pgq.job_audit, pauses and resumes write pgq.control_audit and
 pgq.paused_queues, each with the actor the caller named and the database role, and pgq.explain names
 them ("paused by alice via role postgres", "cancelled ... by alice (via role postgres)")."""

@@ -1,4 +1,4 @@
-"""Revision 0024's audited actions by role: a producer or a worker may not cancel, retry, pause or
+"""Revision 0025's audited actions by role: a producer or a worker may not cancel, retry, pause or
 resume through pgq.cancel / pgq.retry / pgq.pause / pgq.resume (whatever actor it names), nor write pgq.control_audit,
 pgq.job_audit or pgq.paused_queues' authors, and changes nothing; it may read the audit. The admin's
 actions record the actor it names and its login role (session_user), also under SET ROLE: the name

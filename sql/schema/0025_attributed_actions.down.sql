@@ -1,4 +1,4 @@
--- pgq schema, revision 0024 down: the functions as earlier revisions defined them, pgq.paused_queues
+-- pgq schema, revision 0025 down: the functions as earlier revisions defined them, pgq.paused_queues
 -- without paused_role, and no pgq.control_audit (its rows are lost). pgq.job_audit keeps its rows.
 DROP FUNCTION pgq.cancel(bigint, text);
 -- pgq:function cancel@previous

@@ -1,4 +1,4 @@
-"""Revision 0024: pgq.cancel, pgq.pause and pgq.resume take an actor and audit themselves; a queue
+"""Revision 0025: pgq.cancel, pgq.pause and pgq.resume take an actor and audit themselves; a queue
 paused before it keeps its row (paused_role NULL, explain names paused_by alone); the downgrade drops
 pgq.control_audit and paused_role, keeps pgq.job_audit's rows and the paused queues, and the earlier
 one-argument functions work again; upgrading again works with the data left."""
@@ -17,14 +17,14 @@ def _rows(dsn: str, sql: str) -> list[tuple[object, ...]]:
         return cur.fetchall() if cur.description else []
 
 
-def test_0024_audits_the_sql_functions_and_its_downgrade_keeps_the_rest(pgq_empty_dsn: str) -> None:
+def test_0025_audits_the_sql_functions_and_its_downgrade_keeps_the_rest(pgq_empty_dsn: str) -> None:
     migrate.upgrade(pgq_empty_dsn, "0023")
     _rows(pgq_empty_dsn, "SELECT pgq.pause('old')")
     [(job,)] = _rows(pgq_empty_dsn, "SELECT pgq.enqueue('k', queue => 'old')")
     _rows(pgq_empty_dsn, f"SELECT * FROM pgq.cancel({job})")
-    assert _rows(pgq_empty_dsn, "SELECT count(*) FROM pgq.job_audit") == [(0,)]  # not audited before 0024
+    assert _rows(pgq_empty_dsn, "SELECT count(*) FROM pgq.job_audit") == [(0,)]  # not audited before 0025
 
-    migrate.upgrade(pgq_empty_dsn, "0024")
+    migrate.upgrade(pgq_empty_dsn, "0025")
     assert _rows(pgq_empty_dsn, "SELECT paused_by, paused_role FROM pgq.paused_queues") == [("postgres", None)]
     [(waiting,)] = _rows(pgq_empty_dsn, "SELECT pgq.enqueue('k', queue => 'old')")
     [(detail,)] = _rows(pgq_empty_dsn, f"SELECT detail FROM pgq.explain({waiting}) WHERE reason = 'queue_paused'")

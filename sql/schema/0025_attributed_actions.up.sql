@@ -1,4 +1,4 @@
--- pgq schema, revision 0024: every operator action attributed and audited (issue #44). Each action
+-- pgq schema, revision 0025: every operator action attributed and audited (issue #44). Each action
 -- records two names: the actor its caller claims (the dashboard's user, the CLI's --actor, Python's
 -- actor=; NULL when none is named) and the database role that ran it (session_user), which the
 -- caller cannot choose. What a role could write anyway it can still forge: an administrator owns
@@ -44,7 +44,7 @@ ALTER TABLE pgq.paused_queues ALTER COLUMN paused_by SET DEFAULT session_user;
 COMMENT ON COLUMN pgq.paused_queues.paused_by IS
     'Who paused it: the actor the caller named (unverified), else the database role.';
 COMMENT ON COLUMN pgq.paused_queues.paused_role IS
-    'The database role that paused it (session_user); NULL: paused before revision 0024.';
+    'The database role that paused it (session_user); NULL: paused before revision 0025.';
 
 COMMENT ON TABLE pgq.job_audit IS
     'Actions on jobs: one row per bulk batch (its own transaction) or per single action (cancel, retry, '
