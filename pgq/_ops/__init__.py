@@ -16,7 +16,6 @@ Callers use this package's names (`_ops.claim`), never a module's.
 from .admin import (
     DEPENDENCIES_LIMIT,
     PURGE_BATCH,
-    audited,
     cancel,
     dependencies,
     get,
@@ -49,7 +48,7 @@ from .bulk import (
     require_filter,
     unfiltered_message,
 )
-from .core import READ_ONLY_STATEMENTS, WRITING_STATEMENTS, Fetch, Operation, Steps, Stmt
+from .core import ACTOR_MAX, READ_ONLY_STATEMENTS, WRITING_STATEMENTS, Fetch, Operation, Steps, Stmt, check_actor
 from .driver import (
     KEPT_CURSOR_MAX_ROWS,
     TRANSACTION_IDLE_LIMIT,
@@ -88,6 +87,7 @@ from .registry import WorkerRow, explain, worker_register, worker_seen, worker_u
 from .watchdog import AsyncWatchdog, Watchdog, sever
 
 __all__ = [
+    "ACTOR_MAX",
     "BULK_BATCH",
     "BULK_IDS_MAX",
     "BULK_STATUSES",
@@ -110,11 +110,11 @@ __all__ = [
     "Stmt",
     "Watchdog",
     "WorkerRow",
-    "audited",
     "bulk",
     "bulk_count",
     "bulk_ids",
     "cancel",
+    "check_actor",
     "claim",
     "complete",
     "configure_connection",

@@ -4,6 +4,7 @@ and rate), queue pause/resume and statistics."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,33 +25,24 @@ from .core import (
     _check_id,
     _queue_name,
     _text_list,
+    check_actor,
 )
 
 
-def cancel(job_id: int) -> Operation[Job]:
-    """Cancel a waiting, queued or running job; raises NotFound or InvalidState (already finished)."""
+def cancel(job_id: int, actor: str | None = None) -> Operation[Job]:
+    """Cancel a waiting, queued or running job; raises NotFound or InvalidState (already finished).
+    pgq.cancel records it in pgq.job_audit: `actor` (None: not named) and the database role."""
     _check_id(job_id)
+    named = check_actor(actor)
 
     def steps() -> Steps[Job]:
-        rows = yield Stmt("job_cancel", {"id": job_id})
+        rows = yield Stmt("job_cancel", {"id": job_id, "actor": named})
         if rows:
             return Job.from_row(rows[0])
         current = yield from _get(job_id)
         raise InvalidState(job_id, current.status.value, "cancel")
 
     return Operation("job_cancel", steps)
-
-
-def audited(op: Operation[Job], action: str, job_id: int, actor: str) -> Operation[Job]:
-    """`op`, the cancel or retry (`action`) of job `job_id`, and its record in pgq.job_audit naming
-    `actor`, in one transaction: the record exists if and only if the action was done."""
-
-    def steps() -> Steps[Job]:
-        job = yield from op.steps()
-        yield Stmt("job_audit_add", {"action": action, "actor": actor, "id": job_id}, fetch="none")
-        return job
-
-    return Operation(op.name, steps, transaction=True)
 
 
 def wait_mark(job_id: int) -> Operation[Job]:
@@ -67,15 +59,17 @@ def wait_mark(job_id: int) -> Operation[Job]:
     return Operation("job_wait_mark", steps, retry_safe=True)
 
 
-def retry(job_id: int) -> Operation[Job]:
+def retry(job_id: int, actor: str | None = None) -> Operation[Job]:
     """Queue a failed or cancelled job again with fresh attempts (a job with parents waits, with a
-    recounted pending_parents, for those not finished yet); raises NotFound, or InvalidState when it
-    is not failed/cancelled or another active job holds its dedupe key."""
+    recounted pending_parents, for those not finished yet), recorded in pgq.job_audit with `actor`
+    (None: not named) and the database role; raises NotFound, or InvalidState when it is not
+    failed/cancelled or another active job holds its dedupe key."""
     _check_id(job_id)
+    named = check_actor(actor)
 
     def steps() -> Steps[Job]:
         try:
-            rows = yield Stmt("job_retry", {"id": job_id})
+            rows = yield Stmt("job_retry", {"id": job_id, "actor": named})
         except pg_errors.UniqueViolation as exc:
             detail = CONSTRAINT_MESSAGES.get(exc.diag.constraint_name or "", "unique violation")
             raise InvalidState(job_id, "failed or cancelled", "retry", detail) from None
@@ -187,27 +181,55 @@ def purge(older_than: dt.timedelta | float, batch: int | None = None) -> Operati
     return Operation("job_purge", steps, retry_safe=True)
 
 
-def set_concurrency_limit(kind: str, limit: int | None) -> Operation[None]:
-    """Set (or with None remove) the running-jobs limit of `kind`. Creating or removing a limit also
-    marks or unmarks the kind's queued jobs (pgq.limits_changed): two statements, not one
-    transaction; a claim corrects any job the second one left out."""
+def _limit_change(limit: str, kind: str, change: Stmt, now: dict[str, Any] | None, actor: str | None, *,
+                  marks: bool) -> Operation[bool]:
+    """`change` (the set or removal of the `limit` of `kind`, to `now`: the limits set, None: removed)
+    after its record in pgq.control_audit (sql/limit_audit.sql: only a change, and only by a role that
+    may write the audit: sql/limit_audit_allowed.sql), in one transaction. With `marks`, a removal or
+    a limit new to the kind then marks or unmarks the kind's queued jobs (pgq.limits_changed) in a
+    transaction of its own: a claim corrects any job it left out. Returns whether it marked."""
+    named = check_actor(actor)
+    audit = Stmt("limit_audit", {"limit": limit, "kind": kind, "actor": named,
+                                 "new": None if now is None else json.dumps(now)}, fetch="none")
+
+    def steps() -> Steps[bool]:
+        allowed = yield Stmt("limit_audit_allowed", {}, fetch="tuples")
+        if allowed[0][0]:
+            yield audit
+        rows = yield change
+        return marks and (change.fetch == "none" or bool(rows[0][0]))  # removed, or new to the kind
+
+    def marked() -> Steps[bool]:
+        yield Stmt("limits_changed", {"kind": kind}, fetch="none")
+        return True
+
+    def then(changed: bool) -> Operation[bool] | None:
+        return Operation("limits_changed", marked, retry_safe=True) if changed else None
+
+    return Operation(change.name, steps, transaction=True, retry_safe=True, then=then)
+
+
+def _check_kind(kind: object) -> str:
     if not isinstance(kind, str) or not kind:
         raise InvalidJob("kind must be a non-empty str")
+    return kind
+
+
+def set_concurrency_limit(kind: str, limit: int | None, actor: str | None = None) -> Operation[bool]:
+    """Set (or with None remove) the running-jobs limit of `kind`. Creating or removing a limit also
+    marks or unmarks the kind's queued jobs (pgq.limits_changed) in a second transaction; a claim
+    corrects any job it left out. A change is recorded in pgq.control_audit with `actor` when the
+    role may write it (see `_limit_change`)."""
+    _check_kind(kind)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InvalidJob(f"concurrency limit must be an int >= 1 or None, got {limit!r}")
-    if limit is not None:
-        check_int4("concurrency limit", limit)
-
-    def steps() -> Steps[None]:
-        if limit is None:
-            yield Stmt("concurrency_limit_delete", {"kind": kind}, fetch="none")
-        else:
-            rows = yield Stmt("concurrency_limit_set", {"kind": kind, "max_running": limit}, fetch="tuples")
-            if not rows[0][0]:  # the kind had this limit already: its jobs are marked
-                return
-        yield Stmt("limits_changed", {"kind": kind}, fetch="none")
-
-    return Operation("concurrency_limit_set", steps, retry_safe=True)
+    if limit is None:
+        return _limit_change("concurrency_limit", kind, Stmt("concurrency_limit_delete", {"kind": kind}, fetch="none"),
+                             None, actor, marks=True)
+    check_int4("concurrency limit", limit)
+    return _limit_change("concurrency_limit", kind,
+                         Stmt("concurrency_limit_set", {"kind": kind, "max_running": limit}, fetch="tuples"),
+                         {"max_running": limit}, actor, marks=True)
 
 
 _RATE_UNITS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
@@ -236,47 +258,44 @@ def parse_rate(rate: str | tuple[int, float]) -> tuple[int, float]:
     return count, float(per)
 
 
-def set_rate_limit(kind: str, rate: str | tuple[int, float] | None) -> Operation[None]:
-    """Set (or with None remove) the global rate limit of `kind`: see `parse_rate`."""
-    if not isinstance(kind, str) or not kind:
-        raise InvalidJob("kind must be a non-empty str")
-    parsed = None if rate is None else parse_rate(rate)
-
-    def steps() -> Steps[None]:
-        if parsed is None:
-            yield Stmt("rate_limit_delete", {"kind": kind}, fetch="none")
-        else:
-            rows = yield Stmt("rate_limit_set", {"kind": kind, "max_starts": parsed[0], "per_s": parsed[1]},
-                              fetch="tuples")
-            if not rows[0][0]:  # the kind had this limit already: its jobs are marked
-                return
-        yield Stmt("limits_changed", {"kind": kind}, fetch="none")
-
-    return Operation("rate_limit_set", steps, retry_safe=True)
+def set_rate_limit(kind: str, rate: str | tuple[int, float] | None, actor: str | None = None) -> Operation[bool]:
+    """Set (or with None remove) the global rate limit of `kind`: see `parse_rate`. Marks the kind's
+    jobs and records the change as `set_concurrency_limit` does."""
+    _check_kind(kind)
+    if rate is None:
+        return _limit_change("rate_limit", kind, Stmt("rate_limit_delete", {"kind": kind}, fetch="none"), None,
+                             actor, marks=True)
+    count, per_s = parse_rate(rate)
+    return _limit_change("rate_limit", kind,
+                         Stmt("rate_limit_set", {"kind": kind, "max_starts": count, "per_s": per_s}, fetch="tuples"),
+                         {"max_starts": count, "per_s": per_s}, actor, marks=True)
 
 
-def set_group_limits(kind: str, concurrency: int | None, rate: str | tuple[int, float] | None) -> Operation[None]:
+def set_group_limits(kind: str, concurrency: int | None, rate: str | tuple[int, float] | None,
+                     actor: str | None = None) -> Operation[bool]:
     """Set the per-group limits of `kind` (sql/group_limits_set.sql): at most `concurrency` running
     jobs and at most `rate` starts (see `parse_rate`) per group key; both None removes them
-    (sql/group_limits_delete.sql). Raises InvalidJob for a bad kind, concurrency or rate."""
-    if not isinstance(kind, str) or not kind:
-        raise InvalidJob("kind must be a non-empty str")
+    (sql/group_limits_delete.sql). Recorded as `set_concurrency_limit` records a change; no job needs
+    marking (grouped jobs are always claimed through the limited path). Raises InvalidJob for a bad
+    kind, concurrency or rate."""
+    _check_kind(kind)
     if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
                                     or concurrency < 1):
         raise InvalidJob(f"group concurrency must be an int >= 1 or None, got {concurrency!r}")
     if concurrency is not None:
         check_int4("group concurrency", concurrency)
     parsed = None if rate is None else parse_rate(rate)
-
-    def steps() -> Steps[None]:
-        if concurrency is None and parsed is None:
-            yield Stmt("group_limits_delete", {"kind": kind}, fetch="none")
-        else:
-            yield Stmt("group_limits_set", {"kind": kind, "max_running": concurrency,
-                                            "max_starts": None if parsed is None else parsed[0],
-                                            "per_s": None if parsed is None else parsed[1]}, fetch="none")
-
-    return Operation("group_limits_set", steps, retry_safe=True)
+    if concurrency is None and parsed is None:
+        return _limit_change("group_limits", kind, Stmt("group_limits_delete", {"kind": kind}, fetch="none"), None,
+                             actor, marks=False)
+    now: dict[str, Any] = {} if concurrency is None else {"max_running": concurrency}
+    if parsed is not None:
+        now.update(max_starts=parsed[0], per_s=parsed[1])
+    return _limit_change("group_limits", kind,
+                         Stmt("group_limits_set", {"kind": kind, "max_running": concurrency,
+                                                   "max_starts": None if parsed is None else parsed[0],
+                                                   "per_s": None if parsed is None else parsed[1]}, fetch="none"),
+                         now, actor, marks=False)
 
 
 def is_dirty(queue: str, dedupe_key: str) -> Operation[bool]:
@@ -304,24 +323,29 @@ def queue_stats() -> Operation[list[dict[str, Any]]]:
     return Operation("queue_stats", steps, retry_safe=True)
 
 
-def pause(queue: str) -> Operation[bool]:
+def pause(queue: str, actor: str | None = None) -> Operation[bool]:
     """Pause `queue`: once this returns no worker claims its jobs (enqueue still works, running jobs
-    finish). True if it was running, False if it was paused already. Idempotent."""
+    finish). True if it was running, False if it was paused already. Idempotent. A pause that
+    changed the state records `actor` (None: the database role) as who paused it, with the role
+    (pgq.paused_queues, pgq.control_audit)."""
     name = _queue_name(queue)
+    named = check_actor(actor)
 
     def steps() -> Steps[bool]:
-        rows = yield Stmt("queue_pause", {"queue": name})
+        rows = yield Stmt("queue_pause", {"queue": name, "actor": named})
         return bool(rows[0]["changed"])
 
     return Operation("queue_pause", steps, retry_safe=True)
 
 
-def resume(queue: str) -> Operation[bool]:
-    """Resume a paused `queue` and wake idle workers; True if it was paused. Idempotent."""
+def resume(queue: str, actor: str | None = None) -> Operation[bool]:
+    """Resume a paused `queue` and wake idle workers; True if it was paused. Idempotent. A resume that
+    changed the state is recorded in pgq.control_audit with `actor` (None: not named) and the role."""
     name = _queue_name(queue)
+    named = check_actor(actor)
 
     def steps() -> Steps[bool]:
-        rows = yield Stmt("queue_resume", {"queue": name})
+        rows = yield Stmt("queue_resume", {"queue": name, "actor": named})
         return bool(rows[0]["changed"])
 
     return Operation("queue_resume", steps, retry_safe=True)

@@ -22,7 +22,7 @@ from ..bounds import has_lone_surrogate
 from ..errors import InvalidJob
 from ..insight import BulkResult
 from ..models import ACTIVE, FINISHED, JSON, JobStatus, encode_json
-from .core import Operation, Steps, Stmt
+from .core import Operation, Steps, Stmt, check_actor
 
 BulkAction = Literal["cancel", "retry", "delete"]
 
@@ -160,8 +160,7 @@ def bulk(action: BulkAction, where: JobFilter, *, batch: int = BULK_BATCH, dry_r
         raise InvalidJob(f"unknown bulk action {action!r}")
     if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 10_000:
         raise InvalidJob(f"batch must be an int in [1, 10000], got {batch!r}")
-    if actor is not None and (not isinstance(actor, str) or "\x00" in actor):
-        raise InvalidJob(f"actor must be a str, got {actor!r}")
+    actor = check_actor(actor)
     # A dry run only reads: the biggest batches, so fewer round trips (a count over a big table).
     params = {**where.params(action), "batch": 10_000 if dry_run else batch}
     recorded = {"actor": actor, "filters": json.dumps(where.describe(action))}
@@ -223,7 +222,7 @@ def bulk_ids(action: BulkAction, ids: Iterable[int], *, actor: str | None = None
     if not chosen or len(chosen) > BULK_IDS_MAX or not all(
             isinstance(i, int) and not isinstance(i, bool) and 0 < i < 2**63 for i in chosen):
         raise InvalidJob(f"give 1..{BULK_IDS_MAX} job ids")
-    params = {"ids": chosen, "actor": actor, "filters": json.dumps({"ids": chosen})}
+    params = {"ids": chosen, "actor": check_actor(actor), "filters": json.dumps({"ids": chosen})}
 
     def steps() -> Steps[BulkResult]:
         done = yield Stmt(f"job_{action}_many", params)

@@ -80,6 +80,21 @@ def _check_id(job_id: object) -> None:
     check_job_id(job_id)  # an int within bigint (pgq.bounds)
 
 
+ACTOR_MAX = 200
+"""Longest actor name an operation records (pgq.job_audit.actor, pgq.control_audit.actor,
+pgq.paused_queues.paused_by)."""
+
+
+def check_actor(actor: object) -> str | None:
+    """`actor` as an operation records it: None (no name: the database role stands alone) or a str of
+    1..ACTOR_MAX characters without NUL ("" counts as None). Raises InvalidJob otherwise."""
+    if actor is None or actor == "":
+        return None
+    if not isinstance(actor, str) or "\x00" in actor or len(actor) > ACTOR_MAX:
+        raise InvalidJob(f"actor must be a str of at most {ACTOR_MAX} characters without NUL, got {actor!r}")
+    return actor
+
+
 def _clean_text(text: str) -> str:
     # Error texts come from exceptions and may hold anything; Postgres text cannot hold NUL, nor a
     # lone surrogate (a file name decoded with surrogateescape), which is kept as its escape.
@@ -91,14 +106,15 @@ def _clean_text(text: str) -> str:
 # sending the result of one of these to a frozen client holds those rows. No other statement takes
 # a row lock (READ_ONLY_STATEMENTS); tests check that every .sql file is in exactly one of the two.
 WRITING_STATEMENTS: tuple[str, ...] = (
-    "concurrency_limit_delete", "concurrency_limit_set", "dashboard_job_run_now", "dashboard_paused_by",
-    "group_limits_delete", "group_limits_set", "job_after_finish", "job_audit_add", "job_cancel", "job_cancel_many",
+    "concurrency_limit_delete", "concurrency_limit_set", "dashboard_job_run_now",
+    "group_limits_delete", "group_limits_set", "job_after_finish", "job_cancel", "job_cancel_many",
     "job_claim", "job_claim_fast", "job_complete", "job_complete_skip", "job_delete_many", "job_enqueue",
     "job_enqueue_after", "job_enqueue_one", "job_enqueue_unique", "job_error_set", "job_fail", "job_fail_skip",
     "job_heartbeat", "job_heartbeat_skip", "job_insert", "job_insert_one", "job_purge", "job_rescue", "job_retry",
     "job_retry_many", "job_settle", "job_snooze", "job_snooze_skip", "job_trace_context_set", "job_wait_mark",
-    "limits_changed", "maintenance_lock", "maintenance_lock_seen", "periodic_enqueue", "queue_pause", "queue_resume",
-    "rate_limit_delete", "rate_limit_set", "worker_prune", "worker_register", "worker_seen", "worker_unregister",
+    "limit_audit", "limits_changed", "maintenance_lock", "maintenance_lock_seen", "periodic_enqueue", "queue_pause",
+    "queue_resume", "rate_limit_delete", "rate_limit_set", "worker_prune", "worker_register", "worker_seen",
+    "worker_unregister",
 )
 READ_ONLY_STATEMENTS: tuple[str, ...] = (
     "dashboard_concurrency_limits", "dashboard_failed_groups", "dashboard_finished", "dashboard_guard",
@@ -106,7 +122,8 @@ READ_ONLY_STATEMENTS: tuple[str, ...] = (
     "dashboard_queue_cancelled", "dashboard_queue_failed_count", "dashboard_queue_names", "dashboard_queue_tab",
     "dashboard_queues", "dashboard_rate_limits", "dashboard_rights", "dashboard_running", "dashboard_ticks",
     "dashboard_workers", "group_limits_list", "job_dependencies", "job_explain", "job_get", "job_lease_check",
-    "job_list", "job_next_run_at", "job_select_where", "job_trace_context_get", "key_is_dirty", "ping", "queue_backlog",
+    "job_list", "job_next_run_at", "job_select_where", "job_trace_context_get", "key_is_dirty", "limit_audit_allowed",
+    "ping", "queue_backlog",
     "queue_exists", "queue_live_workers", "queue_stats", "queue_unknown_kinds", "schema_check", "session_utc",
     "stalled_session_end", "transaction_guard", "worker_list",
 )

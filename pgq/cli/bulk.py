@@ -12,7 +12,7 @@ from typing import Any
 from .._ops import BULK_STATUSES, BulkAction, JobFilter
 from ..insight import BulkResult
 from .args import int_range, non_empty, status_arg
-from .common import EXIT_OK, CliError, open_queue
+from .common import EXIT_OK, CliError, actor_of, open_queue
 
 __all__ = ["add_filters", "has_filters", "run_bulk", "timestamp_arg"]
 
@@ -75,6 +75,7 @@ def run_bulk(args: argparse.Namespace, action: BulkAction) -> int:
     where = JobFilter(args.queue, args.kind, args.status, args.error, args.payload, args.after, args.before,
                       args.finished_after, args.finished_before)
     where.params(action)  # a bad filter fails here, before connecting
+    actor = actor_of(args)
 
     def progress(r: BulkResult) -> None:
         if not r.dry_run:
@@ -87,7 +88,7 @@ def run_bulk(args: argparse.Namespace, action: BulkAction) -> int:
             queue=where.queue, kind=where.kind, status=where.status, error=where.error, payload=where.payload,
             created_after=where.created_after, created_before=where.created_before,
             finished_after=where.finished_after, finished_before=where.finished_before,
-            dry_run=args.dry_run, batch=args.batch, progress=progress)
+            dry_run=args.dry_run, batch=args.batch, actor=actor, progress=progress)
     if result.dry_run:
         print(f"{result.matched} jobs match; nothing changed (--dry-run)")
     elif result.matched == 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import getpass
 import os
 import sys
 from collections.abc import Iterator
@@ -13,11 +14,13 @@ from typing import TypeAlias, cast
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from .. import _sql
+from .. import _ops, _sql
 from ..app import App, load_app
 from ..client import Queue
+from ..errors import InvalidJob
 
 __all__ = [
+    "ACTOR_HELP",
     "CONNECT_TIMEOUT_S",
     "ENV_DSN",
     "EXIT_ERROR",
@@ -27,6 +30,8 @@ __all__ = [
     "CliError",
     "Commands",
     "Formatter",
+    "actor_of",
+    "add_actor",
     "check_database",
     "connect_dsn",
     "describe_dsn",
@@ -64,6 +69,39 @@ def one_line(exc: BaseException | str) -> str:
     """Return an error message on one line: its lines stripped and joined with "; "."""
     lines = [line.strip() for line in str(exc).splitlines()]
     return "; ".join(line for line in lines if line) or type(exc).__name__
+
+
+ACTOR_HELP = (
+    "who asks, recorded in pgq's audit with your database role (pgq.job_audit, pgq.control_audit) and shown "
+    "by `pgq jobs explain` and the dashboard; unverified: the role is what the database checked "
+    "(default: os:<your OS user name>)"
+)
+
+
+def add_actor(p: argparse.ArgumentParser) -> None:
+    """Add `--actor NAME` to a command that changes jobs or queues (see `actor_of`)."""
+    p.add_argument("--actor", metavar="NAME", default=None, help=ACTOR_HELP)
+
+
+def actor_of(args: argparse.Namespace) -> str | None:
+    """Who a command's action is recorded as: `--actor NAME` as given, else ``os:<user>``, the name of
+    the OS account running the command (getpass.getuser(): $LOGNAME, $USER, ... or the password
+    database), prefixed so that nobody takes it for a checked identity; None when neither is known
+    (the database role is recorded either way). Raises CliError (usage) for an empty or NUL-holding
+    NAME, or one over pgq._ops.ACTOR_MAX characters."""
+    if args.actor is not None:
+        try:
+            named = _ops.check_actor(args.actor)
+        except InvalidJob as exc:
+            raise CliError(f"--actor: {exc}", EXIT_USAGE) from None
+        if named is None:
+            raise CliError("--actor: give a non-empty NAME", EXIT_USAGE)
+        return named
+    try:
+        user = getpass.getuser()
+    except Exception:  # no $USER and no password entry (a container's bare uid): the role stands alone
+        return None
+    return f"os:{user}"[:_ops.ACTOR_MAX] if user else None
 
 
 def warn(message: str) -> None:

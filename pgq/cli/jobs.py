@@ -15,7 +15,7 @@ from ..insight import Explanation
 from ..models import Dependencies, Dependency, Job, JobStatus
 from .args import int_range, job_id, status_arg
 from .bulk import add_filters, has_filters, run_bulk
-from .common import EXIT_OK, CliError, Commands, Formatter, open_queue, queue_exists
+from .common import EXIT_OK, CliError, Commands, Formatter, actor_of, add_actor, open_queue, queue_exists
 from .render import cell, dependencies_json, format_relative, jsonable, render_table
 
 JOBS_LIST_DEFAULT_LIMIT = 50
@@ -26,10 +26,13 @@ DEPENDENCIES_SHOWN = 100
 __all__ = ["format_dependencies", "format_explanation", "format_job", "register"]
 
 
+_AUDIT = (
+    "\nRecorded in pgq.job_audit with --actor (default: os:<your OS user name>) and your database role."
+)
 _BULK = (
     "\nIt works in batches (--batch jobs per transaction, lowest ids first, progress on stderr), each\n"
-    "recorded in pgq.job_audit with your database role; a run cut short can be run again. --dry-run\n"
-    "prints the count only. Needs pgq's admin role."
+    "its own row of pgq.job_audit; a run cut short can be run again. --dry-run prints the count only.\n"
+    "Needs pgq's admin role."
 )
 
 
@@ -100,10 +103,11 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
         description=(
             "Queue a failed or cancelled job again, with fresh attempts, due now; or, given filters\n"
             "instead of an ID, every failed or cancelled job matching them all (a job whose dedupe key\n"
-            f"an active job holds is skipped).{_BULK}"
+            f"an active job holds is skipped).{_AUDIT}{_BULK}"
         ),
     )
     q.add_argument("id", metavar="ID", type=job_id, nargs="?", help="job id (or filters)")
+    add_actor(q)
     add_filters(q, "retry")
     q.set_defaults(handler=cmd_jobs_retry)
 
@@ -115,10 +119,12 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
             "await, a sync handler sees pgq.cancel_requested() return True. Whatever the handler\n"
             "returns then is discarded. Jobs that depend on it are cancelled with it, unless they\n"
             "were enqueued to run whatever their parents' outcome (on_parent_failure 'run').\n"
-            f"Given filters instead of an ID: every waiting, queued or running job matching them all.{_BULK}"
+            f"Given filters instead of an ID: every waiting, queued or running job matching them all.{_AUDIT}"
+            f"{_BULK}"
         ),
     )
     q.add_argument("id", metavar="ID", type=job_id, nargs="?", help="job id (or filters)")
+    add_actor(q)
     add_filters(q, "cancel")
     q.set_defaults(handler=cmd_jobs_cancel)
 
@@ -126,9 +132,10 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
         "delete", parents=[dsn], formatter_class=Formatter, help="delete finished jobs matching filters",
         description=(
             "Delete every finished (succeeded, failed or cancelled) job matching all the filters, with its\n"
-            f"dependency rows, as `pgq purge` does; rows another transaction holds are skipped.{_BULK}"
+            f"dependency rows, as `pgq purge` does; rows another transaction holds are skipped.{_AUDIT}{_BULK}"
         ),
     )
+    add_actor(q)
     add_filters(q, "delete")
     q.set_defaults(handler=cmd_jobs_delete)
 
@@ -314,8 +321,9 @@ def cmd_jobs_retry(args: argparse.Namespace) -> int:
     parents (NotFound / InvalidState: exit 1). With filters instead: every matching job (run_bulk)."""
     if not _one_or_many(args):
         return run_bulk(args, "retry")
+    actor = actor_of(args)
     with open_queue(args) as queue:
-        job = queue.retry(args.id)
+        job = queue.retry(args.id, actor=actor)
     if job.status is JobStatus.WAITING:
         print(f"job {job.id} ({cell(job.kind)}) waits for its unfinished parents again, "
               f"then runs with {job.max_attempts} attempt(s)")
@@ -329,8 +337,9 @@ def cmd_jobs_cancel(args: argparse.Namespace) -> int:
     With filters instead: every matching job (run_bulk)."""
     if not _one_or_many(args):
         return run_bulk(args, "cancel")
+    actor = actor_of(args)
     with open_queue(args) as queue:
-        job = queue.cancel(args.id)
+        job = queue.cancel(args.id, actor=actor)
     print(f"job {job.id} ({cell(job.kind)}) is cancelled")
     return EXIT_OK
 

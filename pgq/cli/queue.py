@@ -11,7 +11,18 @@ from psycopg.rows import dict_row
 
 from .. import _sql
 from .._ops.admin import parse_rate
-from .common import EXIT_OK, EXIT_USAGE, CliError, Commands, Formatter, open_queue, queue_exists, warn
+from .common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    Commands,
+    Formatter,
+    actor_of,
+    add_actor,
+    open_queue,
+    queue_exists,
+    warn,
+)
 from .render import cell, format_age, print_rows, render_table, seconds_of
 
 __all__ = ["format_group_limits", "format_queues", "register"]
@@ -51,16 +62,21 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
                     "Running jobs finish; enqueueing still works. Pausing a paused queue changes nothing.\n"
                     "pgq keeps no list of queues (a queue exists through its jobs), so a queue that holds\n"
                     "no job yet is paused too, ahead of its first job, with a warning on stderr in case\n"
-                    "the name is mistyped (exit status 0).",
+                    "the name is mistyped (exit status 0). A pause that changes the state is recorded\n"
+                    "with --actor and your database role (pgq.paused_queues, pgq.control_audit), and\n"
+                    "`pgq jobs explain` names them.",
     )
     q.add_argument("name", metavar="NAME", help="queue name")
+    add_actor(q)
     q.set_defaults(handler=cmd_queue_pause)
 
     q = actions.add_parser(
         "resume", parents=[dsn], formatter_class=Formatter, help="let workers claim a paused queue's jobs again",
-        description="Resume paused queue NAME and wake idle workers, so its ready jobs start at once.",
+        description="Resume paused queue NAME and wake idle workers, so its ready jobs start at once.\n"
+                    "Recorded in pgq.control_audit with --actor and your database role.",
     )
     q.add_argument("name", metavar="NAME", help="queue name")
+    add_actor(q)
     q.set_defaults(handler=cmd_queue_resume)
 
     q = actions.add_parser(
@@ -69,7 +85,8 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
         description="Set the per-group limits of jobs of KIND: at most --concurrency running jobs and at\n"
                     "most --rate starts per group key (a job's group_key), across all workers. Exact:\n"
                     "the claim enforces them. An option left out means no such limit; --remove removes\n"
-                    "both. Stored in table pgq.group_limits (Python: Queue.set_group_limits).\n"
+                    "both. Stored in table pgq.group_limits (Python: Queue.set_group_limits); a change is\n"
+                    "recorded in pgq.control_audit with --actor and your database role.\n"
                     "Without KIND and options: list the kinds that have group limits, with their grouped\n"
                     "jobs running now and how many groups those belong to.",
     )
@@ -79,6 +96,7 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
     q.add_argument("--rate", metavar="RATE", default=None,
                    help="at most so many starts per group key and window: 10/s, 5/min, 1000/h, 10/2s")
     q.add_argument("--remove", action="store_true", help="remove the kind's group limits")
+    add_actor(q)
     q.add_argument("--json", action="store_true",
                    help="list as a JSON array (per_s: the rate's window in seconds) instead of a table")
     q.set_defaults(handler=cmd_queue_group_limits)
@@ -136,8 +154,9 @@ def cmd_queue_list(args: argparse.Namespace) -> int:
 
 def cmd_queue_pause(args: argparse.Namespace) -> int:
     """`pgq queue pause NAME`."""
+    actor = actor_of(args)
     with open_queue(args) as queue:
-        changed = queue.pause(args.name)
+        changed = queue.pause(args.name, actor=actor)
         known = queue_exists(queue, args.name)
     if not known:
         warn(f"queue {cell(args.name)!r} holds no jobs: paused anyway, ahead of its first job (a mistyped "
@@ -148,8 +167,9 @@ def cmd_queue_pause(args: argparse.Namespace) -> int:
 
 def cmd_queue_resume(args: argparse.Namespace) -> int:
     """`pgq queue resume NAME`."""
+    actor = actor_of(args)
     with open_queue(args) as queue:
-        changed = queue.resume(args.name)
+        changed = queue.resume(args.name, actor=actor)
     print(f"queue {cell(args.name)} is running" + ("" if changed else " (it was not paused)"))
     return EXIT_OK
 
@@ -174,8 +194,9 @@ def cmd_queue_group_limits(args: argparse.Namespace) -> int:
     if args.concurrency is not None and args.concurrency < 1:
         raise CliError(f"--concurrency must be >= 1, got {args.concurrency}", EXIT_USAGE)
     rate = None if args.rate is None else parse_rate(args.rate)
+    actor = actor_of(args)
     with open_queue(args) as queue:
-        queue.set_group_limits(args.kind, concurrency=args.concurrency, rate=rate)
+        queue.set_group_limits(args.kind, concurrency=args.concurrency, rate=rate, actor=actor)
     if args.remove:
         print(f"kind {cell(args.kind)}: no group limits")
     else:

@@ -391,15 +391,17 @@ class AsyncQueue:
         """
         return await self._run(_ops.rescue_expired())
 
-    async def cancel(self, job_id: int) -> Job:
+    async def cancel(self, job_id: int, *, actor: str | None = None) -> Job:
         """Cancel a waiting, queued or running job; returns it (status `cancelled`, never retried).
         Raises NotFound, or InvalidState when the job already finished. A running job's worker is
         told in the same transaction (NOTIFY on channel pgq_cancel; without LISTEN, its next lease
         check) and stops the handler: an async handler gets CancelledError, a sync one sees
         `pgq.cancel_requested()` turn True. Whatever the handler returns then is discarded. Jobs
         that depend on it and need it to succeed are cancelled with it (see `enqueue`).
+        Recorded in pgq.job_audit with `actor`, who asked as you name them (unverified; None: not
+        named), and the database role (session_user), which the caller cannot choose.
         """
-        return await self._run(_ops.cancel(job_id))
+        return await self._run(_ops.cancel(job_id, actor))
 
     async def wait(self, job_id: int, timeout: dt.timedelta | float | None = None) -> Job:
         """Block until job `job_id` is succeeded, failed or cancelled, and return it (with its
@@ -429,13 +431,14 @@ class AsyncQueue:
             if waiters is not None:
                 waiters.remove(job_id, woken.set)
 
-    async def retry(self, job_id: int) -> Job:
+    async def retry(self, job_id: int, *, actor: str | None = None) -> Job:
         """Queue a failed or cancelled job again with fresh attempts; returns it. A job with parents
         (`depends_on`) is `waiting` instead while some of them have not finished, and runs once they
         have (it is cancelled if one it needs fails); finished parents count as done, whatever their
         outcome. Raises NotFound, or InvalidState (not failed/cancelled, or its dedupe key is held by
-        another active job)."""
-        return await self._run(_ops.retry(job_id))
+        another active job). Recorded in pgq.job_audit with `actor`, who asked as you name them (unverified; None: not
+        named), and the database role (session_user), which the caller cannot choose."""
+        return await self._run(_ops.retry(job_id, actor))
 
     async def get(self, job_id: int) -> Job | None:
         """Return the job with this id, or None. Raises pgq.bounds.UndecodableJob (a PgqError) for a
@@ -448,26 +451,32 @@ class AsyncQueue:
         short transaction) until none is left; returns how many were deleted."""
         return await self._run(_ops.purge(older_than))
 
-    async def set_concurrency_limit(self, kind: str, limit: int | None) -> None:
+    async def set_concurrency_limit(self, kind: str, limit: int | None, *, actor: str | None = None) -> None:
         """Allow at most `limit` running jobs of `kind` across all workers (None removes the limit).
-        The limit applies to claims that start after this returns."""
-        await self._run(_ops.set_concurrency_limit(kind, limit))
+        The limit applies to claims that start after this returns. A change is recorded in
+        pgq.control_audit with `actor` (unverified; None: not named) and the database role, when the
+        role may write it (pgq's admin; not a worker setting its tasks' limits at start-up)."""
+        await self._run(_ops.set_concurrency_limit(kind, limit, actor))
 
-    async def set_rate_limit(self, kind: str, rate: str | tuple[int, float] | None) -> None:
+    async def set_rate_limit(self, kind: str, rate: str | tuple[int, float] | None, *,
+                             actor: str | None = None) -> None:
         """Let at most so many jobs of `kind` start in any window of that length, across all
         workers: "100/s", "5/min", "1000/h", "10/2s", or (max_starts, seconds); None removes the
         limit. Exact (a sliding window on the database clock, counted by the claim under a lock);
-        jobs over the limit stay queued until the window has room. Raises InvalidJob for a bad rate."""
-        await self._run(_ops.set_rate_limit(kind, rate))
+        jobs over the limit stay queued until the window has room. Raises InvalidJob for a bad rate.
+        A change is recorded as `set_concurrency_limit` records it."""
+        await self._run(_ops.set_rate_limit(kind, rate, actor))
 
     async def set_group_limits(self, kind: str, *, concurrency: int | None = None,
-                               rate: str | tuple[int, float] | None = None) -> None:
+                               rate: str | tuple[int, float] | None = None,
+                               actor: str | None = None) -> None:
         """Set the per-group limits of `kind`: at most `concurrency` running jobs per group key, and
         at most `rate` starts per group key ("10/s", "5/min", (max_starts, seconds)), across all
         workers; None: no such limit (both None removes the kind's group limits). Exact, enforced by
         the claim; jobs without a group key are not limited by them. Applies to claims that start
-        after this returns. Raises InvalidJob for bad values."""
-        await self._run(_ops.set_group_limits(kind, concurrency, rate))
+        after this returns. Raises InvalidJob for bad values. A change is recorded as
+        `set_concurrency_limit` records it."""
+        await self._run(_ops.set_group_limits(kind, concurrency, rate, actor))
 
     async def is_dirty(self, queue: str, key: str) -> bool:
         """True when `key` has input no successful run has processed yet (an active job)."""
@@ -478,17 +487,21 @@ class AsyncQueue:
         with `unknown_kinds`: {kind: queued jobs that no live worker of the queue knows}."""
         return await self._run(_ops.queue_stats())
 
-    async def pause(self, queue: str) -> bool:
+    async def pause(self, queue: str, *, actor: str | None = None) -> bool:
         """Pause `queue`: once this returns, no worker anywhere claims its jobs (no restart needed);
         jobs already running finish, and enqueueing still works. Returns True if the queue was
         running, False if it was paused already. Needs an administrator's rights; raises
         InvalidJob for an empty name and a psycopg error when a hung claim holds the lock over 5 s
-        (then nothing changed)."""
-        return await self._run(_ops.pause(queue))
+        (then nothing changed). A pause that changed the state records `actor` (unverified; None:
+        the database role) as who paused it, with the role, in pgq.paused_queues and
+        pgq.control_audit (explain shows them)."""
+        return await self._run(_ops.pause(queue, actor))
 
-    async def resume(self, queue: str) -> bool:
-        """Resume a paused `queue` and wake idle workers; True if it was paused, False if not."""
-        return await self._run(_ops.resume(queue))
+    async def resume(self, queue: str, *, actor: str | None = None) -> bool:
+        """Resume a paused `queue` and wake idle workers; True if it was paused, False if not. A
+        resume that changed the state is recorded in pgq.control_audit with `actor` (unverified;
+        None: not named) and the database role."""
+        return await self._run(_ops.resume(queue, actor))
 
     async def list(
         self,

@@ -379,15 +379,17 @@ class Queue:
         """
         return self._run(_ops.rescue_expired())
 
-    def cancel(self, job_id: int) -> Job:
+    def cancel(self, job_id: int, *, actor: str | None = None) -> Job:
         """Cancel a waiting, queued or running job; returns it (status `cancelled`, never retried).
         Raises NotFound, or InvalidState when the job already finished. A running job's worker is
         told in the same transaction (NOTIFY on channel pgq_cancel; without LISTEN, its next lease
         check) and stops the handler: an async handler gets CancelledError, a sync one sees
         `pgq.cancel_requested()` turn True. Whatever the handler returns then is discarded. Jobs
         that depend on it and need it to succeed are cancelled with it (see `enqueue`).
+        Recorded in pgq.job_audit with `actor`, who asked as you name them (unverified; None: not
+        named), and the database role (session_user), which the caller cannot choose.
         """
-        return self._run(_ops.cancel(job_id))
+        return self._run(_ops.cancel(job_id, actor))
 
     def wait(self, job_id: int, timeout: dt.timedelta | float | None = None) -> Job:
         """Block until job `job_id` is succeeded, failed or cancelled, and return it (with its
@@ -417,13 +419,14 @@ class Queue:
             if waiters is not None:
                 waiters.remove(job_id, woken.set)
 
-    def retry(self, job_id: int) -> Job:
+    def retry(self, job_id: int, *, actor: str | None = None) -> Job:
         """Queue a failed or cancelled job again with fresh attempts; returns it. A job with parents
         (`depends_on`) is `waiting` instead while some of them have not finished, and runs once they
         have (it is cancelled if one it needs fails); finished parents count as done, whatever their
         outcome. Raises NotFound, or InvalidState (not failed/cancelled, or its dedupe key is held by
-        another active job)."""
-        return self._run(_ops.retry(job_id))
+        another active job). Recorded in pgq.job_audit with `actor`, who asked as you name them (unverified; None: not
+        named), and the database role (session_user), which the caller cannot choose."""
+        return self._run(_ops.retry(job_id, actor))
 
     def get(self, job_id: int) -> Job | None:
         """Return the job with this id, or None. Raises pgq.bounds.UndecodableJob (a PgqError) for a
@@ -436,26 +439,32 @@ class Queue:
         short transaction) until none is left; returns how many were deleted."""
         return self._run(_ops.purge(older_than))
 
-    def set_concurrency_limit(self, kind: str, limit: int | None) -> None:
+    def set_concurrency_limit(self, kind: str, limit: int | None, *, actor: str | None = None) -> None:
         """Allow at most `limit` running jobs of `kind` across all workers (None removes the limit).
-        The limit applies to claims that start after this returns."""
-        self._run(_ops.set_concurrency_limit(kind, limit))
+        The limit applies to claims that start after this returns. A change is recorded in
+        pgq.control_audit with `actor` (unverified; None: not named) and the database role, when the
+        role may write it (pgq's admin; not a worker setting its tasks' limits at start-up)."""
+        self._run(_ops.set_concurrency_limit(kind, limit, actor))
 
-    def set_rate_limit(self, kind: str, rate: str | tuple[int, float] | None) -> None:
+    def set_rate_limit(self, kind: str, rate: str | tuple[int, float] | None, *,
+                       actor: str | None = None) -> None:
         """Let at most so many jobs of `kind` start in any window of that length, across all
         workers: "100/s", "5/min", "1000/h", "10/2s", or (max_starts, seconds); None removes the
         limit. Exact (a sliding window on the database clock, counted by the claim under a lock);
-        jobs over the limit stay queued until the window has room. Raises InvalidJob for a bad rate."""
-        self._run(_ops.set_rate_limit(kind, rate))
+        jobs over the limit stay queued until the window has room. Raises InvalidJob for a bad rate.
+        A change is recorded as `set_concurrency_limit` records it."""
+        self._run(_ops.set_rate_limit(kind, rate, actor))
 
     def set_group_limits(self, kind: str, *, concurrency: int | None = None,
-                               rate: str | tuple[int, float] | None = None) -> None:
+                               rate: str | tuple[int, float] | None = None,
+                               actor: str | None = None) -> None:
         """Set the per-group limits of `kind`: at most `concurrency` running jobs per group key, and
         at most `rate` starts per group key ("10/s", "5/min", (max_starts, seconds)), across all
         workers; None: no such limit (both None removes the kind's group limits). Exact, enforced by
         the claim; jobs without a group key are not limited by them. Applies to claims that start
-        after this returns. Raises InvalidJob for bad values."""
-        self._run(_ops.set_group_limits(kind, concurrency, rate))
+        after this returns. Raises InvalidJob for bad values. A change is recorded as
+        `set_concurrency_limit` records it."""
+        self._run(_ops.set_group_limits(kind, concurrency, rate, actor))
 
     def is_dirty(self, queue: str, key: str) -> bool:
         """True when `key` has input no successful run has processed yet (an active job)."""
@@ -466,17 +475,21 @@ class Queue:
         with `unknown_kinds`: {kind: queued jobs that no live worker of the queue knows}."""
         return self._run(_ops.queue_stats())
 
-    def pause(self, queue: str) -> bool:
+    def pause(self, queue: str, *, actor: str | None = None) -> bool:
         """Pause `queue`: once this returns, no worker anywhere claims its jobs (no restart needed);
         jobs already running finish, and enqueueing still works. Returns True if the queue was
         running, False if it was paused already. Needs an administrator's rights; raises
         InvalidJob for an empty name and a psycopg error when a hung claim holds the lock over 5 s
-        (then nothing changed)."""
-        return self._run(_ops.pause(queue))
+        (then nothing changed). A pause that changed the state records `actor` (unverified; None:
+        the database role) as who paused it, with the role, in pgq.paused_queues and
+        pgq.control_audit (explain shows them)."""
+        return self._run(_ops.pause(queue, actor))
 
-    def resume(self, queue: str) -> bool:
-        """Resume a paused `queue` and wake idle workers; True if it was paused, False if not."""
-        return self._run(_ops.resume(queue))
+    def resume(self, queue: str, *, actor: str | None = None) -> bool:
+        """Resume a paused `queue` and wake idle workers; True if it was paused, False if not. A
+        resume that changed the state is recorded in pgq.control_audit with `actor` (unverified;
+        None: not named) and the database role."""
+        return self._run(_ops.resume(queue, actor))
 
     def list(
         self,

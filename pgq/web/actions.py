@@ -39,10 +39,10 @@ async def _allowed(dash: Dashboard, action: str) -> None:
 
 
 def _single(action: JobAction, job_id: int, actor: str) -> _ops.Operation[Job]:
-    # The action (pgq's own operation: the one cancel / retry of the CLI and the Python API, or the
-    # run-now update) and its audit row, in one transaction (_ops.audited).
+    # pgq's own operation (the one cancel / retry of the CLI and the Python API, or the run-now
+    # update), which records itself in pgq.job_audit with `actor` in its own transaction.
     def run_now() -> _ops.Steps[Job]:
-        rows = yield _ops.Stmt("dashboard_job_run_now", {"id": job_id})
+        rows = yield _ops.Stmt("dashboard_job_run_now", {"id": job_id, "actor": actor})
         if not rows:
             current = yield from _ops.get(job_id).steps()
             if current is None:
@@ -51,9 +51,9 @@ def _single(action: JobAction, job_id: int, actor: str) -> _ops.Operation[Job]:
                                "later) can be made due now")
         return Job.from_row(rows[0])
 
-    op = (_ops.Operation("dashboard_job_run_now", run_now) if action == "run_now"
-          else _ops.cancel(job_id) if action == "cancel" else _ops.retry(job_id))
-    return _ops.audited(op, action, job_id, actor)
+    if action == "run_now":
+        return _ops.Operation("dashboard_job_run_now", run_now)
+    return _ops.cancel(job_id, actor) if action == "cancel" else _ops.retry(job_id, actor)
 
 
 def _logged(actor: str, action: str, what: str, **extra: object) -> None:
@@ -63,8 +63,8 @@ def _logged(actor: str, action: str, what: str, **extra: object) -> None:
 
 async def job_action(dash: Dashboard, action: JobAction, job_id: int, *, actor: str | None = None) -> Job:
     """Cancel, retry or run now (make a scheduled job due now) job `job_id`, recording it in
-    pgq.job_audit with `actor` (default: the request's, `Dashboard.current.actor`) in the same
-    transaction; return the job as it is after. Raises HttpError 403 (read-only, no right), and pgq's
+    pgq.job_audit with `actor` (default: the request's, `Dashboard.current.actor`) and the database
+    role in the same transaction; return the job as it is after. Raises HttpError 403 (read-only, no right), and pgq's
     NotFound (404) and InvalidState (409: finished already, not failed, not scheduled, or its dedupe key
     held by another job)."""
     await _allowed(dash, action)
@@ -76,19 +76,13 @@ async def job_action(dash: Dashboard, action: JobAction, job_id: int, *, actor: 
 
 
 def _pause(action: QueueAction, name: str, actor: str) -> _ops.Operation[bool]:
-    def steps() -> _ops.Steps[bool]:
-        changed = yield from (_ops.pause(name) if action == "pause" else _ops.resume(name)).steps()
-        if changed and action == "pause":
-            yield _ops.Stmt("dashboard_paused_by", {"queue": name, "actor": actor}, fetch="none")
-        return changed
-
-    return _ops.Operation(f"dashboard_queue_{action}", steps, transaction=True)
+    return _ops.pause(name, actor) if action == "pause" else _ops.resume(name, actor)
 
 
 async def queue_action(dash: Dashboard, action: QueueAction, name: str, *, actor: str | None = None) -> bool:
-    """Pause or resume queue `name`; True if that changed its state. A pause records `actor`
-    (default: the request's) as who paused it (pgq.paused_queues.paused_by), in the same
-    transaction. Raises HttpError 403 (read-only, no right)."""
+    """Pause or resume queue `name`; True if that changed its state. A change is recorded with `actor`
+    (default: the request's) and the database role (pgq.control_audit; a pause also in
+    pgq.paused_queues), in the same transaction. Raises HttpError 403 (read-only, no right)."""
     await _allowed(dash, action)
     queue = await dash.queue()
     actor = actor or dash.current.actor

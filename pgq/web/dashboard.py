@@ -24,8 +24,8 @@ from .views import environment
 
 __all__ = ["ACCESS", "ACCESS_SCOPE_KEY", "ACTOR_MAX", "APPLICATION_NAME", "Access", "Dashboard", "Settings"]
 
-ACTOR_MAX = 200
-"""Longest actor name recorded; a longer one is cut."""
+ACTOR_MAX = _ops.ACTOR_MAX
+"""Longest actor name recorded (pgq._ops.ACTOR_MAX); a longer one is cut."""
 
 T = TypeVar("T")
 

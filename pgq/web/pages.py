@@ -264,7 +264,7 @@ class Pages:
         """`POST /limits` from the limits page's forms (admin only): set or remove a kind's concurrency,
         rate or group limits (`limits.apply_form` reads the fields), then back to the limits page."""
         fields = await self._check_form(request)
-        await limits.apply_form(self.dash, {k: v[-1] for k, v in fields.items()})
+        await limits.apply_form(self.dash, {k: v[-1] for k, v in fields.items()}, actor=self.dash.actor(request))
         return RedirectResponse(f"{base_path(request)}/limits?done=limits", status_code=303)
 
     async def _check_form(self, request: Request, *, max_bytes: int = 0,

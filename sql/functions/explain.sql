@@ -22,13 +22,28 @@ serving AS (
       AND (w.queues IS NULL OR a.queue = ANY(w.queues))
 ),
 blockers AS (
+    -- Revision 0025: a cancelled job says who cancelled it, from its newest audited cancel at or
+    -- after it finished (none: cancelled as a dependent, or before cancels were audited).
     SELECT 1 AS ord, 'finished' AS reason,
-           format('finished: %s at %s after %s attempt(s)%s', j.status, j.finished_at, j.attempts,
+           format('finished: %s at %s%s after %s attempt(s)%s', j.status, j.finished_at,
+                  CASE WHEN c.db_role IS NULL THEN ''
+                       WHEN c.actor IS NULL THEN format(' by role %s', c.db_role)
+                       WHEN c.actor = c.db_role THEN format(' by %s', c.actor)
+                       ELSE format(' by %s (via role %s)', c.actor, c.db_role) END,
+                  j.attempts,
                   CASE WHEN j.last_error IS NOT NULL THEN ': ' || split_part(j.last_error, E'\n', 1) ELSE '' END)
                AS detail,
            jsonb_build_object('status', j.status, 'finished_at', j.finished_at, 'attempts', j.attempts,
-                              'last_error', j.last_error) AS facts
-    FROM job j WHERE j.status IN ('succeeded', 'failed', 'cancelled')
+                              'last_error', j.last_error)
+           || CASE WHEN c.db_role IS NULL THEN '{}'::jsonb
+                   ELSE jsonb_build_object('cancelled_by', c.actor, 'cancelled_role', c.db_role,
+                                           'cancelled_at', c.at) END AS facts
+    FROM job j
+    LEFT JOIN LATERAL (SELECT a.actor, a.db_role, a.at FROM pgq.job_audit a
+                       WHERE j.status = 'cancelled' AND a.job_ids @> ARRAY[j.id] AND a.action = 'cancel'
+                         AND a.at >= j.finished_at
+                       ORDER BY a.id DESC LIMIT 1) c ON true
+    WHERE j.status IN ('succeeded', 'failed', 'cancelled')
     UNION ALL
     SELECT 2, 'running', format('running on %s since %s (lease until %s)', j.claimed_by, j.started_at,
                                 j.lease_expires_at),
@@ -63,8 +78,14 @@ blockers AS (
            OR NOT EXISTS (SELECT 1 FROM pgq.job_dependencies s
                           WHERE s.job_id = a.id AND s.parent_outcome IS NULL AND s.sequence_hold IS NOT NULL))
     UNION ALL
-    SELECT 6, 'queue_paused', format('queue %s is paused (by %s since %s)', p.queue, p.paused_by, p.paused_at),
-           jsonb_build_object('queue', p.queue, 'paused_by', p.paused_by, 'paused_at', p.paused_at)
+    -- Revision 0025: who paused it (the actor named) and through which role (NULL: paused before 0025).
+    SELECT 6, 'queue_paused',
+           format('queue %s is paused (by %s since %s)', p.queue,
+                  CASE WHEN p.paused_role IS NULL OR p.paused_role = p.paused_by THEN p.paused_by
+                       ELSE format('%s via role %s', p.paused_by, p.paused_role) END,
+                  p.paused_at),
+           jsonb_build_object('queue', p.queue, 'paused_by', p.paused_by, 'paused_role', p.paused_role,
+                              'paused_at', p.paused_at)
     FROM active a JOIN pgq.paused_queues p ON p.queue = a.queue
     UNION ALL
     SELECT 7, 'concurrency_limit_full',

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from pgq import Queue
 
 from .conftest import CLI, SQL
@@ -104,3 +106,37 @@ def test_bulk_commands_refuse_bad_input_and_write_nothing(cli: CLI, pgq_dsn: str
         assert result.code == 2 and message in result.err, (args, result.err)
     assert db("SELECT status::text FROM pgq.jobs") == [{"status": "failed"}]
     assert db("SELECT count(*) AS n FROM pgq.job_audit") == [{"n": 0}]
+
+
+def test_actions_record_the_actor_and_explain_names_it(cli: CLI, pgq_dsn: str, pgq_queue: Queue, db: SQL,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    dsn = ("--dsn", pgq_dsn)
+    monkeypatch.setenv("LOGNAME", "zed")  # getpass.getuser() reads $LOGNAME first
+    job_id = pgq_queue.enqueue("k", queue="q")
+    assert cli("queue", "pause", "q", "--actor", "alice", *dsn).code == 0
+    text = cli("jobs", "explain", str(job_id), *dsn).out
+    assert f"job {job_id} is queued:\n  queue_paused: queue q is paused (by alice via role postgres since " in text
+    assert cli("queue", "resume", "q", *dsn).code == 0
+    assert cli("jobs", "cancel", str(job_id), "--actor", "alice", *dsn).code == 0
+    assert " by alice (via role postgres) after " in cli("jobs", "explain", str(job_id), *dsn).out
+    assert cli("jobs", "retry", str(job_id), *dsn).code == 0
+    assert cli("jobs", "cancel", "--queue", "q", "--actor", "ops", *dsn).code == 0
+    assert cli("jobs", "delete", "--queue", "q", *dsn).code == 0
+    assert db("SELECT action, actor, db_role FROM pgq.job_audit ORDER BY id") == [
+        {"action": "cancel", "actor": "alice", "db_role": "postgres"},
+        {"action": "retry", "actor": "os:zed", "db_role": "postgres"},
+        {"action": "cancel", "actor": "ops", "db_role": "postgres"},
+        {"action": "delete", "actor": "os:zed", "db_role": "postgres"}]
+    assert db("SELECT action, actor FROM pgq.control_audit ORDER BY id") == [
+        {"action": "pause", "actor": "alice"}, {"action": "resume", "actor": "os:zed"}]
+
+
+def test_a_bad_actor_is_a_usage_error_and_changes_nothing(cli: CLI, pgq_dsn: str, pgq_queue: Queue,
+                                                          db: SQL) -> None:
+    job_id = pgq_queue.enqueue("k", queue="q")
+    for args in (("jobs", "cancel", str(job_id), "--actor", ""), ("queue", "pause", "q", "--actor", "x" * 201),
+                 ("jobs", "cancel", "--queue", "q", "--actor", "")):
+        result = cli(*args, "--dsn", pgq_dsn)
+        assert result.code == 2 and "--actor" in result.err, (args, result.err)
+    assert db("SELECT status::text FROM pgq.jobs") == [{"status": "queued"}]
+    assert db("SELECT count(*) AS n FROM pgq.paused_queues") == [{"n": 0}]

@@ -64,9 +64,13 @@ def test_group_limits_are_set_and_removed_and_bad_input_writes_nothing(cli: CLI,
         bad = cli("queue", "group-limits", "sync", *args, "--dsn", pgq_dsn)
         assert bad.code == 2 and message in bad.err and "Traceback" not in bad.err
     assert db("SELECT max_running FROM pgq.group_limits") == [{"max_running": 2}]
-    removed = cli("queue", "group-limits", "sync", "--remove", "--dsn", pgq_dsn)
+    removed = cli("queue", "group-limits", "sync", "--remove", "--actor", "alice", "--dsn", pgq_dsn)
     assert removed.out == "kind sync: no group limits\n"
     assert db("SELECT count(*) AS n FROM pgq.group_limits") == [{"n": 0}]
+    audit = db("SELECT action, target, actor, details->'now' AS now FROM pgq.control_audit ORDER BY id")
+    assert [(r["action"], r["target"], r["now"]) for r in audit] == [
+        ("group_limits", "sync", {"max_running": 2, "max_starts": 10, "per_s": 2.0}), ("group_limits", "sync", None)]
+    assert audit[0]["actor"].startswith("os:") and audit[1]["actor"] == "alice"
 
 
 def test_group_limits_without_a_kind_lists_the_kinds_that_have_them(cli: CLI, pgq_dsn: str, pgq_queue: Queue,

@@ -8,11 +8,13 @@ import re
 from html import unescape
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 from starlette.requests import Request
 
 from pgq import Queue
 from pgq.web import queries
 from tests.conftest import SQL
+from tests.privileges.test_roles import rows
 from tests.web.test_queries import read
 
 from .conftest import Client, Roles, basic, csrf_token
@@ -147,11 +149,20 @@ def test_single_actions_and_pauses_name_the_hosts_user(dashboard: Client, pgq_qu
         {"action": "cancel", "actor": "alice"}, {"action": "retry", "actor": "dashboard"}]
     client.post("/api/queues/mail/pause", headers={**JSON, "X-User": "bob"})
     client.post("/api/queues/mail/pause", headers={**JSON, "X-User": "carol"})  # paused already: keeps bob
-    assert db("SELECT paused_by FROM pgq.paused_queues") == [{"paused_by": "bob"}]
-    explain = client.get(f"/api/jobs/{pgq_queue.enqueue('k', queue='mail')}/explain").json()
+    assert db("SELECT paused_by, paused_role FROM pgq.paused_queues") == [
+        {"paused_by": "bob", "paused_role": "postgres"}]
+    waiting = pgq_queue.enqueue("k", queue="mail")
+    explain = client.get(f"/api/jobs/{waiting}/explain").json()
     assert any(r["facts"].get("paused_by") == "bob" for r in explain["reasons"])
-    page = client.get(f"/jobs/{cancelled}").text
+    assert "queue mail is paused (by bob via role postgres since " in unescape(client.get(f"/jobs/{waiting}").text)
+    client.post("/api/queues/mail/resume", headers={**JSON, "X-User": "dave"})
+    assert db("SELECT action, target, actor, db_role FROM pgq.control_audit ORDER BY id") == [
+        {"action": "pause", "target": "mail", "actor": "bob", "db_role": "postgres"},
+        {"action": "resume", "target": "mail", "actor": "dave", "db_role": "postgres"}]
+    client.post(f"/api/jobs/{cancelled}/cancel", headers={**JSON, "X-User": "alice"})
+    page = unescape(client.get(f"/jobs/{cancelled}").text)
     assert 'data-field="actor">alice<' in page
+    assert re.search(r"finished: cancelled at [^<]* by alice \(via role postgres\) after 0 attempt", page)
 
 
 def test_pause_all_pauses_every_queue_listed(dashboard: Client, pgq_queue: Queue, db: SQL) -> None:
@@ -200,6 +211,9 @@ def test_limits_are_edited_by_the_admin_only(dashboard: Client, roles: Roles) ->
     assert admin.post("/limits", data={"limit": "concurrency", "kind": "mail", "max_running": "7"}).status_code == 403
     limits = admin.get("/api/limits").json()
     assert [(c["kind"], c["max_running"]) for c in limits["concurrency"]] == [("mail", 3)]
+    audit = rows(roles.dsn, "SELECT action, actor, db_role FROM pgq.control_audit ORDER BY id")
+    assert audit == [{"action": a, "actor": "dashboard", "db_role": conninfo_to_dict(roles.admin)["user"]}
+                     for a in ("concurrency_limit", "rate_limit", "group_limits")]
 
     for who in ("worker", "producer"):
         viewer = dashboard(getattr(roles, who), csrf_secret="k")

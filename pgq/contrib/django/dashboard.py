@@ -10,13 +10,14 @@ Every page then needs a logged-in staff user (`staff_member_required`: others ar
 login page) who passes `view_permission`, and every action (cancel, retry, pause, resume, bulk) a
 user who passes `action_permission` as well; others see the pages read-only (an action answers 403).
 By default any staff user may look and only superusers may act. Each action is recorded under the
-Django user, as ``django:<username>`` (pgq.job_audit.actor for cancel, retry and bulk actions, and
-the ``pgq.web`` log). The dashboard (`pgq.web.create_app`, an ASGI app) runs on an event loop
-thread of its own in the Django process, and each request is handed to it whole; its pages and
-links follow the mount path. Its forms carry their own CSRF tokens (Django's CSRF middleware leaves
-these URLs alone), and a form's Origin must be the site as Django sees it (`request.scheme` and
-`request.get_host()`, so proxy settings such as USE_X_FORWARDED_HOST apply). Its database role
-decides what it may do, as with `pgq dashboard`.
+Django user, as ``django:<username>`` (pgq.job_audit.actor for cancel, retry and bulk actions,
+pgq.control_audit.actor for pause, resume and limit changes, and the ``pgq.web`` log). The dashboard
+(`pgq.web.create_app`, an ASGI app) runs on an event loop thread of its own in the Django process,
+and each request is handed to it whole; its pages and links follow the mount path. Its forms carry
+their own CSRF tokens (Django's CSRF middleware leaves these URLs alone), and a form's Origin
+must be the site as Django sees it (`request.scheme` and `request.get_host()`, so proxy settings
+such as USE_X_FORWARDED_HOST apply). Its database role decides what it may do, as with
+`pgq dashboard`.
 """
 
 from __future__ import annotations
