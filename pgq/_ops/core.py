@@ -102,12 +102,12 @@ WRITING_STATEMENTS: tuple[str, ...] = (
     "worker_unregister",
 )
 READ_ONLY_STATEMENTS: tuple[str, ...] = (
-    "dashboard_concurrency_limits", "dashboard_failed_groups", "dashboard_finished", "dashboard_guard",
-    "dashboard_job_audit", "dashboard_job_bounds", "dashboard_job_states", "dashboard_jobs", "dashboard_jobs_indexed",
-    "dashboard_queue_cancelled", "dashboard_queue_failed_count", "dashboard_queue_names", "dashboard_queue_tab",
-    "dashboard_queues", "dashboard_rate_limits", "dashboard_rights", "dashboard_running", "dashboard_ticks",
-    "dashboard_workers", "group_limits_list", "job_dependencies", "job_explain", "job_get", "job_lease_check",
-    "job_list", "job_next_run_at", "job_select_where", "job_trace_context_get", "key_is_dirty", "ping", "queue_backlog",
-    "queue_exists", "queue_live_workers", "queue_stats", "queue_unknown_kinds", "schema_check", "session_utc",
-    "stalled_session_end", "transaction_guard", "worker_list",
+    "dashboard_concurrency_limits", "dashboard_counts_state", "dashboard_failed_groups", "dashboard_finished_counts",
+    "dashboard_guard", "dashboard_job_audit", "dashboard_job_bounds", "dashboard_job_states", "dashboard_jobs",
+    "dashboard_jobs_indexed", "dashboard_queue_cancelled", "dashboard_queue_failed_count", "dashboard_queue_names",
+    "dashboard_queue_tab", "dashboard_queues", "dashboard_rate_limits", "dashboard_rights", "dashboard_running",
+    "dashboard_ticks", "dashboard_workers", "group_limits_list", "job_dependencies", "job_explain", "job_get",
+    "job_lease_check", "job_list", "job_next_run_at", "job_select_where", "job_trace_context_get", "key_is_dirty",
+    "ping", "queue_backlog", "queue_exists", "queue_live_workers", "queue_stats", "queue_unknown_kinds", "schema_check",
+    "session_utc", "stalled_session_end", "transaction_guard", "worker_list",
 )
