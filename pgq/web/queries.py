@@ -304,10 +304,16 @@ def _count_params(since: dt.datetime, state: _CountsState, cap: int, bucket_s: i
             "live_from": live_from, "cap": cap, "bucket": dt.timedelta(seconds=bucket_s)}
 
 
-def _finished(now: dt.datetime, window: ChartRange, state: _CountsState,
-              cap: int) -> _ops.Steps[tuple[Throughput, list[Any]]]:
-    # The window's counts (sql/dashboard_finished_counts.sql): its chart, and the rows (bucket index,
-    # queue, kind, status, jobs) for the per-queue columns.
+@dataclass(frozen=True, slots=True)
+class _Counted:
+    # A window's counts: its chart, the jobs per (bucket index, queue, status), per (queue, kind, status).
+    throughput: Throughput
+    by_bucket: list[tuple[int, str, str, int]]
+    by_kind: list[tuple[str, str, str, int]]
+
+
+def _counted(now: dt.datetime, window: ChartRange, state: _CountsState, cap: int) -> _ops.Steps[_Counted]:
+    # The window's counts (sql/dashboard_finished_counts.sql).
     start = _window_start(now, window)
     rows = yield _ops.Stmt("dashboard_finished_counts", _count_params(
         start, state, cap, window.bucket_s, hourly=window.bucket_s % 3600 == 0))
@@ -315,24 +321,28 @@ def _finished(now: dt.datetime, window: ChartRange, state: _CountsState,
     totals = {s: [0] * window.buckets for s in FINAL}
     live = 0
     first_live: int | None = None
-    kept: list[Any] = []
+    by_bucket: list[tuple[int, str, str, int]] = []
+    by_kind: list[tuple[str, str, str, int]] = []
     for row in rows:
+        jobs, status = int(row["jobs"]), row["status"]
+        if row["bucket"] is None:
+            by_kind.append((row["queue"], row["kind"], status, jobs))
+            continue
         index = int((row["bucket"] - start).total_seconds() // window.bucket_s)
         if not 0 <= index < window.buckets:
             continue  # a job committed with a finished_at in the future: not on this chart
-        jobs, status = int(row["jobs"]), row["status"]
         if row["live"]:
             live += jobs
             first_live = index if first_live is None else min(first_live, index)
         totals[status][index] += jobs
-        kept.append((index, row["queue"], row["kind"], status, jobs))
+        by_bucket.append((index, row["queue"], status, jobs))
     capped = live >= cap
     # Capped: the oldest bucket read from the jobs was read in part; the counts are complete from the next.
     last = window.buckets - 1
     counted_from = buckets[min((first_live or 0) + 1, last)] if capped else start
     throughput = Throughput(buckets, totals["succeeded"], totals["failed"], totals["cancelled"], counted_from,
                             capped, window.bucket_s, state.through, state.at, state.recount_s)
-    return throughput, kept
+    return _Counted(throughput, by_bucket, by_kind)
 
 
 def overview(finished_cap: int = FINISHED_CAP, chart_range: str = "1h") -> _ops.Operation[Overview]:
@@ -355,23 +365,26 @@ def overview(finished_cap: int = FINISHED_CAP, chart_range: str = "1h") -> _ops.
             summary.next_run_at = row["next_run_at"]
             summary.paused, summary.paused_at, summary.paused_by = row["paused"], row["paused_at"], row["paused_by"]
         state = yield from _counts_state()
-        throughput, rows = yield from _finished(now, RANGES["1h"], state, finished_cap)
-        for index, queue, kind, status, jobs in rows:
+        hour = yield from _counted(now, RANGES["1h"], state, finished_cap)
+        throughput = hour.throughput
+        for index, queue, status, jobs in hour.by_bucket:
             summary = _queue(by_name, queue)
             setattr(summary, status, getattr(summary, status) + jobs)
-            per_kind = summary.kinds.setdefault(kind, dict.fromkeys(FINAL, 0))
-            per_kind[status] += jobs
             summary.per_minute[index] += jobs
             if status == "failed":
                 summary.failed_per_minute[index] += jobs
+        for queue, kind, status, jobs in hour.by_kind:
+            _queue(by_name, queue).kinds.setdefault(kind, dict.fromkeys(FINAL, 0))[status] += jobs
         day_since = throughput.minutes[-1] - dt.timedelta(minutes=DAY_MINUTES - 1)
         for row in (yield _ops.Stmt("dashboard_finished_counts", _count_params(
                 day_since, state, finished_cap, 3600, hourly=True))):
+            if row["kind"] is None:
+                continue  # the per-hour rows: only the totals per kind are wanted
             summary = _queue(by_name, row["queue"])
             status, jobs = row["status"], int(row["jobs"])
             summary.day[status] += jobs
             summary.day_kinds.setdefault(row["kind"], dict.fromkeys(FINAL, 0))[status] += jobs
-        chart = throughput if window.key == "1h" else (yield from _finished(now, window, state, finished_cap))[0]
+        chart = throughput if window.key == "1h" else (yield from _counted(now, window, state, finished_cap)).throughput
         workers = yield _ops.Stmt("dashboard_workers", {})
         who = yield from _rights()
         busy = sum(1 for w in workers if w["running"])
@@ -389,11 +402,12 @@ def throughput(chart_range: str, queue: str | None = None,
     def steps() -> _ops.Steps[Throughput]:
         now = yield from _guard()
         state = yield from _counts_state()
-        whole, rows = yield from _finished(now, window, state, finished_cap)
+        counted = yield from _counted(now, window, state, finished_cap)
+        whole = counted.throughput
         if queue is None:
             return whole
         totals = {s: [0] * window.buckets for s in FINAL}
-        for index, name, _, status, jobs in rows:
+        for index, name, status, jobs in counted.by_bucket:
             if name == queue:
                 totals[status][index] += jobs
         return Throughput(whole.minutes, totals["succeeded"], totals["failed"], totals["cancelled"],
