@@ -119,6 +119,9 @@ class Api:
                       "paused_at": s and s.paused_at, "paused_by": s and s.paused_by, "counts": data.counts,
                       "cancelled_partial": data.cancelled_partial, "counted_over_finished": CANCELLED_SCAN,
                       "last_hour_partial": data.throughput.capped, "tab": tab,
+                      "last_hour": s and {"succeeded": s.succeeded, "failed": s.failed, "cancelled": s.cancelled,
+                                          "kinds": s.kinds},
+                      "last_24h": s and {**s.day, "kinds": s.day_kinds}, "counts_kept": _freshness(data.throughput),
                       "jobs": [job_row_json(r) for r in data.jobs],
                       "workers": [{"worker": w["worker"], "live": w["live"], "running": w["running"]}
                                   for w in data.workers]})

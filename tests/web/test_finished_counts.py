@@ -107,6 +107,10 @@ def test_after_a_burst_the_hours_failed_count_equals_sqls(pgq_dsn: str, db: SQL,
     assert body["last_hour_partial"] is False and body["counts"]["kept_through"] is not None
     page = dashboard().get("/")
     assert page.status_code == 200 and 'id="counts-partial"' not in page.text and "Exact counts" in page.text
+    queue = dashboard().get("/api/queues/mail").json()
+    assert queue["last_hour"]["failed"] == queue["last_24h"]["failed"] == 380
+    assert queue["last_hour"]["kinds"] == {"k": {"succeeded": 0, "failed": 380, "cancelled": 0}}
+    assert "Exact counts" in dashboard().get("/queues/mail").text
 
 
 def test_a_finish_that_commits_after_the_pass_is_counted_by_the_next(pgq_dsn: str, db: SQL) -> None:
