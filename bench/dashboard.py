@@ -17,7 +17,7 @@ The fill, in a few set-based statements:
   dashboard is given as its App; two concurrency limits and two rate limits;
 - twelve workers in the registry (pgq.workers): the ten running jobs and two idle ones.
 
-Then VACUUM ANALYZE, the counts of finished jobs (pgq.finished_counts, revision 0024: one pass of
+Then VACUUM ANALYZE, the counts of finished jobs (pgq.finished_counts, revision 0026: one pass of
 pgq.count_finished over the whole history, as the workers' first pass does), and each route is
 requested `--warmup` times, then `--repeat` times, in-process
 through the ASGI app (httpx's ASGITransport: no network), and the script prints per route the p50,
@@ -155,7 +155,7 @@ def fill(dsn: str, finished: int, queued: int, window_h: float, actions: int) ->
         kept = conn.execute(b"SELECT to_regprocedure('pgq.count_finished(interval, interval)') IS NOT NULL"
                             ).fetchone()
         if kept is not None and kept[0]:
-            # The counts the workers keep (revision 0024), built as the first pass over this history would.
+            # The counts the workers keep (revision 0026), built as the first pass over this history would.
             counting = time.monotonic()
             conn.execute(b"SELECT pgq.count_finished(interval '2 minutes', interval '400 days')")
             conn.execute(b"VACUUM ANALYZE pgq.finished_counts")

@@ -305,7 +305,7 @@ work; the others' find its lock taken and return at once)."""
 
 class Counter:
     """Keeps pgq.finished_counts, the dashboard's exact counts of finished jobs per minute, queue, kind and
-    status (pgq.count_finished, revision 0024): each pass counts the minutes since the last one, and the
+    status (pgq.count_finished, revision 0026): each pass counts the minutes since the last one, and the
     last `recount_s` seconds before them again (late commits), at most `span_s` seconds of minutes."""
 
     def __init__(self, queue: AsyncQueue, *, recount_s: float = _ops.COUNT_RECOUNT_S,

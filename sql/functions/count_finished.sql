@@ -82,7 +82,7 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION pgq.count_finished(interval, interval) IS
-    'One pass of the finished-job counts (revision 0024): counts the jobs that finished (succeeded, failed, '
+    'One pass of the finished-job counts (revision 0026): counts the jobs that finished (succeeded, failed, '
     'cancelled) per minute, queue, kind and status into pgq.finished_counts, from the last `recount` before '
     'the time already counted up to now (the current minute in part), at most `span` of it per pass, '
     'through jobs_finished_idx, and their hours into pgq.finished_counts_hourly (minutes are kept 8 days). Returns the end of the time counted; NULL when another pass is running. '

@@ -21,5 +21,5 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION pgq.finished_counts_keep_deleted() IS
-    'Trigger of pgq.jobs, after each DELETE statement (revision 0024): keeps the counts of the finished '
+    'Trigger of pgq.jobs, after each DELETE statement (revision 0026): keeps the counts of the finished '
     'jobs it deleted from minutes that pgq.count_finished counts again, in pgq.finished_counts_deleted.';

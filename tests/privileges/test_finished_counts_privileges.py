@@ -1,4 +1,4 @@
-"""Revision 0024's counts of finished jobs, by who may do what: a pass of the counts
+"""Revision 0026's counts of finished jobs, by who may do what: a pass of the counts
 (pgq.count_finished) is the worker's, whose maintenance loop runs it; no pgq role but the admin (the
 owner) may write the counts tables, which would let it forge the dashboard's numbers; everyone who
 reads jobs may read them; the trigger's function is no one's to call. A worker's pass, and a delete

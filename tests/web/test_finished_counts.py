@@ -1,4 +1,4 @@
-"""Exact counts of finished jobs (issue #44, revision 0024): pgq.finished_counts, kept by the maintenance
+"""Exact counts of finished jobs (issue #44, revision 0026): pgq.finished_counts, kept by the maintenance
 loop's pass (pgq.count_finished), read by the overview, the queue page, `/api/queues` and
 `/api/throughput`: exact whatever the table size, after retention, after a burst, with late commits,
 with two workers counting at once, and over a day and a week."""

@@ -1,4 +1,4 @@
--- pgq schema, revision 0024 down: no finished-job counts.
+-- pgq schema, revision 0026 down: no finished-job counts.
 DROP TRIGGER jobs_deleted_keep_counts ON pgq.jobs;
 DROP FUNCTION pgq.finished_counts_keep_deleted();
 DROP FUNCTION pgq.count_finished(interval, interval);

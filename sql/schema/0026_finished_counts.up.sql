@@ -1,4 +1,4 @@
--- pgq schema, revision 0024: exact counts of finished jobs, kept off the hot path (issue #44).
+-- pgq schema, revision 0026: exact counts of finished jobs, kept off the hot path (issue #44).
 -- pgq.finished_counts holds, per minute of finished_at, queue, kind and status, how many jobs
 -- finished; the maintenance loop fills it (pgq.count_finished, one worker at a time), recounting the
 -- last few minutes each pass so that late commits are counted. Claims, completions and failures
@@ -14,7 +14,7 @@ CREATE TABLE pgq.finished_counts (
 );
 COMMENT ON TABLE pgq.finished_counts IS
     'Jobs finished (succeeded, failed, cancelled) per minute of finished_at, queue, kind and status, as '
-    'pgq.count_finished counted them (revision 0024): the jobs finished before pgq.finished_counts_state''s '
+    'pgq.count_finished counted them (revision 0026): the jobs finished before pgq.finished_counts_state''s '
     'counted_through (its minute in part), for 8 days (then in pgq.finished_counts_hourly). Retention does not change them.';
 COMMENT ON COLUMN pgq.finished_counts.minute IS 'The minute of finished_at (from a whole UTC hour).';
 COMMENT ON COLUMN pgq.finished_counts.queue IS 'The jobs'' queue.';
@@ -31,7 +31,7 @@ CREATE TABLE pgq.finished_counts_hourly (
     PRIMARY KEY (hour, queue, kind, status)
 );
 COMMENT ON TABLE pgq.finished_counts_hourly IS
-    'pgq.finished_counts summed per hour (revision 0024), kept by the same passes: the week''s chart and '
+    'pgq.finished_counts summed per hour (revision 0026), kept by the same passes: the week''s chart and '
     'the day''s counts read whole hours here. The hour of counted_through holds its minutes before it only. '
     'Its minutes are kept 8 days, its hours for good.';
 COMMENT ON COLUMN pgq.finished_counts_hourly.hour IS 'The hour of finished_at (a whole UTC hour).';
@@ -50,7 +50,7 @@ CREATE TABLE pgq.finished_counts_deleted (
 );
 COMMENT ON TABLE pgq.finished_counts_deleted IS
     'Finished jobs deleted from minutes that pgq.count_finished counts again, per minute, queue, kind and '
-    'status (revision 0024): added to what is left of them when those minutes are counted again.';
+    'status (revision 0026): added to what is left of them when those minutes are counted again.';
 COMMENT ON COLUMN pgq.finished_counts_deleted.minute IS 'The minute of finished_at (from a whole UTC hour).';
 COMMENT ON COLUMN pgq.finished_counts_deleted.queue IS 'The jobs'' queue.';
 COMMENT ON COLUMN pgq.finished_counts_deleted.kind IS 'The jobs'' kind.';
@@ -64,7 +64,7 @@ CREATE TABLE pgq.finished_counts_state (
     recount         interval NOT NULL DEFAULT interval '0'
 );
 COMMENT ON TABLE pgq.finished_counts_state IS
-    'One row (revision 0024): pgq.finished_counts holds the jobs finished before counted_through (NULL: none '
+    'One row (revision 0026): pgq.finished_counts holds the jobs finished before counted_through (NULL: none '
     'counted yet), counted at counted_at; each pass counts the last `recount` before it again.';
 COMMENT ON COLUMN pgq.finished_counts_state.one IS 'Always true: the table has one row.';
 COMMENT ON COLUMN pgq.finished_counts_state.counted_through IS

@@ -1,4 +1,4 @@
-"""Revision 0024: the counts of finished jobs count the history a database already has (the first
+"""Revision 0026: the counts of finished jobs count the history a database already has (the first
 pass starts at its oldest finished job), keep the counts of deleted jobs, and its downgrade drops the
 counts, the trigger and the function while the jobs stay; upgrading again counts them again."""
 
@@ -25,10 +25,10 @@ PASS = "SELECT pgq.count_finished('2 minutes', '400 days')"
 KEPT = "SELECT coalesce(sum(jobs), 0) FROM pgq.finished_counts"
 
 
-def test_0024_counts_the_history_and_its_downgrade_keeps_the_jobs(pgq_empty_dsn: str) -> None:
+def test_0026_counts_the_history_and_its_downgrade_keeps_the_jobs(pgq_empty_dsn: str) -> None:
     migrate.upgrade(pgq_empty_dsn, "0023")
     _one(pgq_empty_dsn, FINISHED)
-    migrate.upgrade(pgq_empty_dsn, "0024")
+    migrate.upgrade(pgq_empty_dsn, "0026")
     assert _one(pgq_empty_dsn, PASS) is not None and _one(pgq_empty_dsn, KEPT) == 30
     _one(pgq_empty_dsn, "DELETE FROM pgq.jobs WHERE finished_at < now() - interval '20 hours'")
     _one(pgq_empty_dsn, PASS)
