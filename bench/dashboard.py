@@ -17,7 +17,9 @@ The fill, in a few set-based statements:
   dashboard is given as its App; two concurrency limits and two rate limits;
 - twelve workers in the registry (pgq.workers): the ten running jobs and two idle ones.
 
-Then VACUUM ANALYZE, and each route is requested `--warmup` times, then `--repeat` times, in-process
+Then VACUUM ANALYZE, the counts of finished jobs (pgq.finished_counts, revision 0026: one pass of
+pgq.count_finished over the whole history, as the workers' first pass does), and each route is
+requested `--warmup` times, then `--repeat` times, in-process
 through the ASGI app (httpx's ASGITransport: no network), and the script prints per route the p50,
 p95 and max of the time the dashboard spent on it, read from its `Server-Timing` header (from the
 request's arrival to the response's start: the database's work and the rendering). The actions are
@@ -150,6 +152,15 @@ def fill(dsn: str, finished: int, queued: int, window_h: float, actions: int) ->
         for statement in FILL:
             conn.execute(statement.encode(), params)
         conn.execute(b"VACUUM ANALYZE pgq.jobs")
+        kept = conn.execute(b"SELECT to_regprocedure('pgq.count_finished(interval, interval)') IS NOT NULL"
+                            ).fetchone()
+        if kept is not None and kept[0]:
+            # The counts the workers keep (revision 0026), built as the first pass over this history would.
+            counting = time.monotonic()
+            conn.execute(b"SELECT pgq.count_finished(interval '2 minutes', interval '400 days')")
+            conn.execute(b"VACUUM ANALYZE pgq.finished_counts")
+            print(f"counted the finished jobs into pgq.finished_counts in {time.monotonic() - counting:.1f} s",
+                  flush=True)
         total = conn.execute(b"SELECT count(*) FROM pgq.jobs").fetchone()
         last_hour = conn.execute(b"SELECT count(*) FROM pgq.jobs WHERE finished_at > now() - interval '1 hour'"
                                  ).fetchone()
@@ -169,8 +180,10 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def measure(dsn: str, warmup: int, repeat: int) -> list[tuple[str, list[float]]]:
-    """Request every route; return (label, server times in ms) per route."""
+async def measure(dsn: str, warmup: int, repeat: int, only: list[str] | None = None) -> list[tuple[str, list[float]]]:
+    """Request every route (those labelled as one of `only`, or starting so where it ends in "*", when
+    given; then no action);
+    return (label, server times in ms) per route."""
     app_ = pgq.App(dsn)
     app_.periodic(every=60, name="tidy_up")(lambda: None)
     dashboard = create_app(dsn, app=app_, trust_network=True)
@@ -209,13 +222,24 @@ async def measure(dsn: str, warmup: int, repeat: int) -> list[tuple[str, list[fl
         ("GET /api/jobs/{id}/explain (queued)", f"/api/jobs/{queued}/explain", {}),
         ("GET /jobs/bulk?action=retry&status=failed (count)", "/jobs/bulk?action=retry&status=failed", {}),
     ]
-    if "/queues/{name:path}" in {getattr(r, "path", "") for r in dashboard.routes}:  # the queue page (#44)
+    paths = {getattr(r, "path", "") for r in dashboard.routes}
+    if "/api/throughput" in paths:  # charts beyond the hour (#44)
+        gets += [
+            ("GET /?range=24h", "/?range=24h", {}),
+            ("GET /?range=7d", "/?range=7d", {}),
+            ("GET /api/throughput?range=1h", "/api/throughput?range=1h", {}),
+            ("GET /api/throughput?range=24h", "/api/throughput?range=24h", {}),
+            ("GET /api/throughput?range=7d&queue=mail", "/api/throughput?range=7d&queue=mail", {}),
+        ]
+    if "/queues/{name:path}" in paths:  # the queue page (#44)
         gets += [
             ("GET /queues/reports", "/queues/reports", {}),
             ("GET /queues/reports?tab=failed", "/queues/reports?tab=failed", {}),
             ("GET /queues/reports?tab=cancelled", "/queues/reports?tab=cancelled", {}),
             ("GET /api/queues/reports?tab=scheduled", "/api/queues/reports?tab=scheduled", {}),
         ]
+    if only:
+        gets = [g for g in gets if any(g[0] == p or (p.endswith("*") and g[0].startswith(p[:-1])) for p in only)]
     results: list[tuple[str, list[float]]] = []
     transport = httpx.ASGITransport(app=dashboard)
     json = {"Content-Type": "application/json"}
@@ -229,6 +253,8 @@ async def measure(dsn: str, warmup: int, repeat: int) -> list[tuple[str, list[fl
                 if i >= warmup:
                     times.append(server_ms(response))
             results.append((label, times))
+        if only:
+            actions = []
         posts = {"POST /api/jobs/{id}/cancel": [], "POST /api/jobs/{id}/retry": [],
                  "POST /api/queues/{name}/pause": [], "POST /api/queues/{name}/resume": []}
         for job_id in actions:
@@ -240,7 +266,7 @@ async def measure(dsn: str, warmup: int, repeat: int) -> list[tuple[str, list[fl
                 response = await client.post(f"/api/queues/bench-actions/{action}", headers=json)
                 assert response.status_code == 200, response.text
                 posts[f"POST /api/queues/{{name}}/{action}"].append(server_ms(response))
-        results += [(label, times[warmup:]) for label, times in posts.items()]
+        results += [(label, times[warmup:]) for label, times in posts.items() if times]
     await dashboard.state.dashboard.close()
     return results
 
@@ -255,12 +281,15 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=3, help="requests per route before measuring (default 3)")
     parser.add_argument("--repeat", type=int, default=30, help="measured requests per route (default 30)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
+    parser.add_argument("--only", action="append", metavar="LABEL",
+                        help="measure only the GET route LABEL, or those starting so when it ends in '*' "
+                             "(repeatable; no actions)")
     args = parser.parse_args()
     if conninfo_to_dict(args.dsn).get("dbname") is None:
         args.dsn = make_conninfo(args.dsn, dbname="postgres")
     with scratch_database(args.dsn, args.keep) as dsn:
         fill(dsn, args.finished, args.queued, args.window_h, args.warmup + args.repeat)
-        results = asyncio.run(measure(dsn, args.warmup, args.repeat))
+        results = asyncio.run(measure(dsn, args.warmup, args.repeat, args.only))
         width = max(len(label) for label, _ in results)
         print(f"{'route':<{width}}  {'p50 ms':>7}  {'p95 ms':>7}  {'max ms':>7}")
         for label, times in results:

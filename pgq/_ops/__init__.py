@@ -74,8 +74,11 @@ from .jobs import (
     trace_context_get,
 )
 from .leader import (
+    COUNT_RECOUNT_S,
+    COUNT_SPAN_S,
     LeaderRun,
     StalledSession,
+    count_finished,
     end_stalled_as_leader,
     next_run_at,
     periodic_enqueue_as_leader,
@@ -91,6 +94,8 @@ __all__ = [
     "BULK_BATCH",
     "BULK_IDS_MAX",
     "BULK_STATUSES",
+    "COUNT_RECOUNT_S",
+    "COUNT_SPAN_S",
     "DEPENDENCIES_LIMIT",
     "ERROR_LINE_CHARS",
     "KEPT_CURSOR_MAX_ROWS",
@@ -119,6 +124,7 @@ __all__ = [
     "complete",
     "configure_connection",
     "configure_connection_async",
+    "count_finished",
     "dependencies",
     "end_stalled_as_leader",
     "enqueue",

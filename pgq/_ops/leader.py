@@ -164,3 +164,24 @@ def periodic_enqueue_as_leader(
         return LeaderRun(True, now, [(row["id"], row["dedupe_key"]) for row in rows])
 
     return Operation("periodic_enqueue", steps, transaction=True, guards_itself=True)
+
+
+COUNT_RECOUNT_S = 120.0
+"""Each pass of the finished-job counts counts the last this many seconds before what was counted
+again: a job whose finishing transaction commits up to this long after the previous pass is counted."""
+
+COUNT_SPAN_S = 6 * 3600.0
+"""A pass counts at most this many seconds of minutes (the first pass over a long history takes several)."""
+
+
+def count_finished(recount_s: float = COUNT_RECOUNT_S, span_s: float = COUNT_SPAN_S) -> Operation[dt.datetime | None]:
+    """One pass of the finished-job counts (pgq.count_finished, sql/finished_count.sql): counts the
+    jobs finished per minute, queue, kind and status into pgq.finished_counts, up to the current minute.
+    Value: the end of the minutes counted; None when another worker's pass was running. Idempotent."""
+
+    def steps() -> Steps[dt.datetime | None]:
+        rows = yield Stmt("finished_count", {"recount_s": recount_s, "span_s": span_s})
+        through: dt.datetime | None = rows[0]["counted_through"]
+        return through
+
+    return Operation("finished_count", steps, retry_safe=True)

@@ -1,6 +1,9 @@
 """The JSON API under /api/: the same reads as the pages, and the four actions.
 
-    GET  /api/queues                    per queue: backlog, workers, pause state, last hour
+    GET  /api/queues                    per queue: backlog, workers, pause state, last hour and 24 h
+                                        (exact, per status and kind)
+    GET  /api/throughput?range=1h|24h|7d&queue=
+                                        jobs finished per minute, quarter hour or hour (exact)
     GET  /api/jobs?queue=&kind=&status=&q=&payload=&error_line=&limit=&cursor=
                                         newest first; `next_cursor` pages (keyset: see JobPage);
                                         `partial`: the time budget ran out before the page was
@@ -45,6 +48,11 @@ def json_error(error: HttpError) -> JSONResponse:
     return JSONResponse({"error": error.message}, status_code=error.status)
 
 
+def _freshness(t: queries.Throughput) -> dict[str, Any]:
+    # Where the counts come from: pgq.finished_counts before `kept_through`, the jobs after it.
+    return {"kept_through": t.counted_through, "kept_at": t.counted_at, "recount_s": t.recount_s}
+
+
 def _json(data: Any, status: int = 200) -> JSONResponse:
     return JSONResponse(jsonable(data), status_code=status)
 
@@ -66,11 +74,24 @@ class Api:
             "workers": q.workers,
             "oldest_ready_age_s": q.oldest_ready_age_s, "next_run_at": q.next_run_at,
             "last_hour": {"succeeded": q.succeeded, "failed": q.failed, "cancelled": q.cancelled,
-                          "finished_per_minute": q.per_minute, "failed_per_minute": q.failed_per_minute},
+                          "finished_per_minute": q.per_minute, "failed_per_minute": q.failed_per_minute,
+                          "kinds": q.kinds},
+            "last_24h": {**q.day, "kinds": q.day_kinds},
         } for q in data.queues]
         return _json({"now": data.now, "minutes": t.minutes, "counted_from": t.counted_from, "queues": queues,
                       "busy_workers": data.workers, "last_hour_partial": t.capped,
-                      "counted_over_finished": queries.FINISHED_CAP if t.capped else None})
+                      "counted_over_finished": queries.FINISHED_CAP if t.capped else None,
+                      "last_24h_since": data.day_since,
+                      "counts": _freshness(t)})
+
+    async def throughput(self, request: Request) -> JSONResponse:
+        """`GET /api/throughput?range=1h|24h|7d&queue=`: jobs finished per bucket, exact."""
+        chart_range = params.chart_range(request.query_params)
+        queue = request.query_params.get("queue")
+        t = await self.dash.read(queries.throughput(chart_range, None if queue is None else params.queue_name(queue)))
+        return _json({"range": chart_range, "bucket_s": t.bucket_s, "buckets": t.minutes,
+                      "succeeded": t.succeeded, "failed": t.failed, "cancelled": t.cancelled, "partial": t.capped,
+                      "counted_from": t.counted_from, "queue": queue, "counts": _freshness(t)})
 
     async def jobs(self, request: Request) -> JSONResponse:
         """`GET /api/jobs`: a page of jobs and the cursor of the next one."""
@@ -98,6 +119,9 @@ class Api:
                       "paused_at": s and s.paused_at, "paused_by": s and s.paused_by, "counts": data.counts,
                       "cancelled_partial": data.cancelled_partial, "counted_over_finished": CANCELLED_SCAN,
                       "last_hour_partial": data.throughput.capped, "tab": tab,
+                      "last_hour": s and {"succeeded": s.succeeded, "failed": s.failed, "cancelled": s.cancelled,
+                                          "kinds": s.kinds},
+                      "last_24h": s and {**s.day, "kinds": s.day_kinds}, "counts_kept": _freshness(data.throughput),
                       "jobs": [job_row_json(r) for r in data.jobs],
                       "workers": [{"worker": w["worker"], "live": w["live"], "running": w["running"]}
                                   for w in data.workers]})

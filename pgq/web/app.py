@@ -193,6 +193,7 @@ def _routes(pages: Pages, api: Api) -> list[BaseRoute]:
         Route("/limits", pages.limits),
         Route("/limits", pages.limit_action, methods=post),
         Route("/api/queues", api.queues),
+        Route("/api/throughput", api.throughput),
         Route("/api/jobs", api.jobs),
         Route("/api/jobs/{job_id}", api.job),
         Route("/api/jobs/{job_id}/explain", api.explain),

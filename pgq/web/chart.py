@@ -36,9 +36,30 @@ def _label(value: int) -> str:
     return f"{value // 1000}k" if value >= 10_000 and value % 1000 == 0 else f"{value:,}"
 
 
+def _span(seconds: int) -> str:
+    # "minute", "15 minutes", "hour", "24 hours", "7 days": a bucket's or a window's length in words.
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds % size == 0 and (seconds >= size or unit == "minute"):
+            n = seconds // size
+            if unit == "day" and n == 1:
+                return "24 hours"
+            return unit if n == 1 else f"{n} {unit}s"
+    return f"{seconds} seconds"
+
+
+def _axis_label(start: dt.datetime, bucket_s: int) -> str | None:
+    # Every 10 minutes on the hour's chart, every 3 hours on the day's, each midnight on the week's.
+    if bucket_s < 900:
+        return f"{start:%H:%M}" if start.minute % 10 == 0 else None
+    if bucket_s < 3600:
+        return f"{start:%H:%M}" if start.minute == 0 and start.hour % 3 == 0 else None
+    return f"{start:%a %d}" if start.hour == 0 else None
+
+
 def throughput_chart(data: Throughput) -> Markup:
-    """A stacked bar per minute of `data`: succeeded, cancelled and failed jobs; the current (partial)
-    minute drawn lighter, minutes left uncounted (a capped hour) shaded. Returns SVG markup."""
+    """A stacked bar per bucket (minute, quarter hour, hour) of `data`: succeeded, cancelled and failed
+    jobs; the current (partial) bucket drawn lighter, buckets left uncounted (capped) shaded. Returns SVG
+    markup."""
     count = len(data.minutes)
     totals = [s + f + c for s, f, c in zip(data.succeeded, data.failed, data.cancelled, strict=True)]
     top = nice_ceiling(max(totals, default=0))
@@ -51,7 +72,8 @@ def throughput_chart(data: Throughput) -> Markup:
 
     total = sum(totals)
     failed = sum(data.failed)
-    summary = f"{total:,} jobs finished in the last {count} minutes, {failed:,} of them failed"
+    span = _span(count * data.bucket_s)
+    summary = f"{total:,} jobs finished in the last {span}, {failed:,} of them failed"
     parts = [f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(summary)}" '
              'xmlns="http://www.w3.org/2000/svg">']
     for tick in (0, top // 2 if top >= 2 else None, top):
@@ -65,12 +87,14 @@ def throughput_chart(data: Throughput) -> Markup:
     if not all(counted):
         width = slot * counted.index(True) if True in counted else plot_w
         parts.append(f'<rect class="uncounted" x="{LEFT}" y="{TOP}" width="{_number(width)}" height="{plot_h}">'
-                     "<title>not counted: the hour held more finished jobs than the dashboard reads</title></rect>")
+                     "<title>not counted: more finished jobs than the dashboard reads from the jobs (are the counts "
+                     "kept? see the note)</title></rect>")
     for i, minute in enumerate(data.minutes):
         x = LEFT + i * slot + (slot - bar) / 2
         partial = " partial" if i == count - 1 else ""
-        title = (f"{minute:%H:%M} UTC: {data.succeeded[i]:,} succeeded, {data.failed[i]:,} failed, "
-                 f"{data.cancelled[i]:,} cancelled" + (" (minute in progress)" if partial else ""))
+        when = f"{minute:%H:%M}" if data.bucket_s == 60 else f"{minute:%a %H:%M}"
+        title = (f"{when} UTC: {data.succeeded[i]:,} succeeded, {data.failed[i]:,} failed, "
+                 f"{data.cancelled[i]:,} cancelled" + (f" ({_span(data.bucket_s)} in progress)" if partial else ""))
         parts.append(f'<g class="minute{partial}"><title>{escape(title)}</title>')
         parts.append(f'<rect class="slot" x="{_number(LEFT + i * slot)}" y="{TOP}" width="{_number(slot)}" '
                      f'height="{plot_h}"/>')
@@ -82,13 +106,14 @@ def throughput_chart(data: Throughput) -> Markup:
                              f'width="{_number(bar)}" height="{_number(y(base) - y(base + value))}"/>')
                 base += value
         parts.append("</g>")
-        if minute.minute % 10 == 0:
+        label = _axis_label(minute, data.bucket_s)
+        if label:
             parts.append(f'<text class="axis" x="{_number(x + bar / 2)}" y="{HEIGHT - 8}" text-anchor="middle">'
-                         f"{minute:%H:%M}</text>")
+                         f"{escape(label)}</text>")
     parts.append(f'<line class="baseline" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{TOP + plot_h}" y2="{TOP + plot_h}"/>')
     if total == 0:
         parts.append(f'<text class="empty" x="{LEFT + plot_w / 2}" y="{TOP + plot_h / 2}" text-anchor="middle">'
-                     "no job finished in the last hour</text>")
+                     f"no job finished in the last {escape(span)}</text>")
     parts.append("</svg>")
     return Markup("".join(parts))
 

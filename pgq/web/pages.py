@@ -102,14 +102,17 @@ class Pages:
     # -- pages ---------------------------------------------------------------------------------------
 
     async def overview(self, request: Request) -> Response:
-        """`/`: tiles, the hour's chart, the queues table (with pause / resume where allowed)."""
-        data = await self.dash.read(queries.overview())
+        """`/` (`?range=1h|24h|7d`: the chart's window): tiles, the chart, the queues table (with pause /
+        resume where allowed)."""
+        chart_range = params.chart_range(request.query_params)
+        data = await self.dash.read(queries.overview(chart_range=chart_range))
         t = data.throughput
         sparklines = {q.name: chart.sparkline(q.per_minute, q.failed_per_minute, t.minutes) for q in data.queues}
         can_pause = not self.dash.current.read_only and data.rights.pause
         return self.render(request, "overview.html", live="_overview.html", section="overview", overview=data,
-                           now=data.now, chart=chart.throughput_chart(t), sparklines=sparklines, can_pause=can_pause,
-                           finished_cap=queries.FINISHED_CAP)
+                           now=data.now, chart=chart.throughput_chart(data.chart or t), sparklines=sparklines,
+                           can_pause=can_pause, finished_cap=queries.FINISHED_CAP,
+                           chart_range=queries.RANGES[chart_range], ranges=queries.RANGES)
 
     async def jobs(self, request: Request) -> Response:
         """`/jobs`: the filter form and a page of matching jobs, newest first, with the selection of bulk

@@ -11,7 +11,7 @@ from .. import _ops
 from ..bounds import has_lone_surrogate
 from ..models import JobStatus
 from .errors import HttpError
-from .queries import JobFilter
+from .queries import RANGES, JobFilter
 
 __all__ = ["BIGINT_MAX", "MAX_LIMIT", "MAX_TEXT", "cursor", "error_line", "job_filter", "job_id", "limit", "payload",
            "queue_name", "tab"]
@@ -148,4 +148,14 @@ def tab(params: Mapping[str, str], tabs: tuple[str, ...]) -> str:
         return tabs[0]
     if text not in tabs:
         raise HttpError(400, f"unknown tab {_shown(text)} (expected one of: {', '.join(tabs)})")
+    return text
+
+
+def chart_range(params: Mapping[str, str]) -> str:
+    """Query parameter `range`: a chart's window, one of queries.RANGES ("1h" when absent or empty); 400 otherwise."""
+    text = params.get("range", "")
+    if text == "":
+        return "1h"
+    if text not in RANGES:
+        raise HttpError(400, f"unknown range {_shown(text)} (expected one of: {', '.join(RANGES)})")
     return text

@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,13 +23,17 @@ from ..models import Dependencies, Job, JobStatus
 from ..tasks import Periodic
 
 __all__ = [
+    "DAY_MINUTES",
     "DEPENDENCIES_SHOWN",
+    "FINAL",
     "FINISHED_CAP",
     "MINUTES",
+    "RANGES",
     "SEARCH_BUDGET_S",
     "SEARCH_EMPTY_BUDGET_S",
     "SEARCH_WINDOW",
     "SEARCH_WINDOW_MAX",
+    "ChartRange",
     "JobDetail",
     "JobFilter",
     "JobPage",
@@ -47,6 +51,7 @@ __all__ = [
     "queue_names",
     "rights",
     "schedules",
+    "throughput",
     "workers",
 ]
 
@@ -57,7 +62,9 @@ MINUTES = 60
 """The overview's chart: this many minutes, the current one last."""
 
 FINISHED_CAP = 50_000
-"""The overview reads at most this many of the last hour's finished jobs (dashboard_finished.sql)."""
+"""The dashboard counts at most this many finished jobs from the jobs themselves per read: those of the
+jobs finished since the last pass of the counts (dashboard_finished_counts.sql). Only a database whose
+counts are not kept (no worker running the maintenance loop) ever has that many."""
 
 SEARCH_WINDOW = 25_000
 """The job search reads jobs_pkey in ranges of this many ids per statement (dashboard_jobs.sql): 5 to
@@ -143,10 +150,14 @@ def rights() -> _ops.Operation[Rights]:
 # -- overview -----------------------------------------------------------------------------------
 
 
+FINAL = ("succeeded", "failed", "cancelled")
+"""The final statuses, as the counts name them."""
+
+
 @dataclass
 class QueueSummary:
     """One queue on the overview: its waiting, queued and running jobs now, its jobs finished in the chart's
-    window, whether it is paused. Ages in seconds; None where there is nothing to measure."""
+    hour and in the last day, whether it is paused. Ages in seconds; None where there is nothing to measure."""
 
     name: str
     waiting: int = 0
@@ -170,14 +181,48 @@ class QueueSummary:
     per_minute: list[int] = field(default_factory=lambda: [0] * MINUTES)
     """Jobs of the queue finished per minute of the chart (any final status)."""
     failed_per_minute: list[int] = field(default_factory=lambda: [0] * MINUTES)
+    kinds: dict[str, dict[str, int]] = field(default_factory=dict)
+    """The hour's finished jobs per kind: {kind: {"succeeded": n, "failed": n, "cancelled": n}}."""
+    day: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FINAL, 0))
+    """Jobs finished in the last 24 hours (DAY_MINUTES minutes, the current one included), per final status."""
+    day_kinds: dict[str, dict[str, int]] = field(default_factory=dict)
+    """The same per kind."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChartRange:
+    """A chart's window: `buckets` bars of `bucket_s` seconds each (whole minutes, from a whole UTC
+    hour), the current (partial) one last."""
+
+    key: str
+    label: str
+    buckets: int
+    bucket_s: int
+
+
+RANGES: dict[str, ChartRange] = {
+    "1h": ChartRange("1h", "last hour", MINUTES, 60),
+    "24h": ChartRange("24h", "last 24 hours", 96, 900),
+    "7d": ChartRange("7d", "last 7 days", 168, 3600),
+}
+"""The charts the dashboard draws: per minute over an hour, per quarter hour over a day, per hour over a week."""
+
+DAY_MINUTES = 1440
+"""The "last 24 hours" counts: the current minute and the 1,439 before it."""
 
 
 @dataclass(frozen=True, slots=True)
 class Throughput:
-    """Jobs finished per minute over the chart's window, all queues together: `minutes[i]` is the start
-    of minute i (database clock; the last one is the current, partial minute). `counted_from` is the
-    first minute whose counts are complete: `minutes[0]`, unless the hour held more than FINISHED_CAP
-    finished jobs, when only the newest of them were counted (`capped`)."""
+    """Jobs finished per bucket over the chart's window (`bucket_s` seconds each: a minute for the hour),
+    all queues together: `minutes[i]` is the start of bucket i (database clock; the last one is the
+    current, partial one). `counted_from` is the first bucket whose counts are complete: `minutes[0]`,
+    unless the jobs counted from the jobs themselves (those pgq.finished_counts does not hold yet) were
+    more than FINISHED_CAP, when only the newest of them were counted (`capped`).
+
+    `counted_through`: pgq.finished_counts holds the minutes before it (None: not kept yet, so all was
+    counted from the jobs); `counted_at`: when the pass that counted them ran; `recount_s`: how long
+    after that pass a finishing transaction may commit and still be counted (the pass counts that
+    much again each time)."""
 
     minutes: list[dt.datetime]
     succeeded: list[int]
@@ -185,21 +230,36 @@ class Throughput:
     cancelled: list[int]
     counted_from: dt.datetime
     capped: bool
+    bucket_s: int = 60
+    counted_through: dt.datetime | None = None
+    counted_at: dt.datetime | None = None
+    recount_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Overview:
-    """Everything the overview shows, read in one transaction at `now` (database clock)."""
+    """Everything the overview shows, read in one transaction at `now` (database clock). `throughput`: the
+    hour's chart; `chart`: the chart of the range asked for (the same object for the hour)."""
 
     now: dt.datetime
     queues: list[QueueSummary]
     throughput: Throughput
     workers: int
     rights: Rights
+    chart: Throughput | None = None
+    day_since: dt.datetime | None = None
+    """The first minute of the queues' "last 24 hours" counts."""
+
+
+def _window_start(now: dt.datetime, window: ChartRange) -> dt.datetime:
+    # The start of the current bucket (from a whole UTC hour, as date_bin cuts them), then back.
+    epoch = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+    current = epoch + dt.timedelta(seconds=(now - epoch).total_seconds() // window.bucket_s * window.bucket_s)
+    return current - dt.timedelta(seconds=window.bucket_s * (window.buckets - 1))
 
 
 def _minute_start(now: dt.datetime) -> dt.datetime:
-    return now.replace(second=0, microsecond=0) - dt.timedelta(minutes=MINUTES - 1)
+    return _window_start(now, RANGES["1h"])
 
 
 def _queue(by_name: dict[str, QueueSummary], name: str) -> QueueSummary:
@@ -209,9 +269,89 @@ def _queue(by_name: dict[str, QueueSummary], name: str) -> QueueSummary:
     return summary
 
 
-def overview(finished_cap: int = FINISHED_CAP) -> _ops.Operation[Overview]:
-    """The overview: per queue its backlog, workers, pause state and last hour (sql/dashboard_queues.sql,
-    sql/dashboard_finished.sql), the hour's throughput chart, the number of busy workers, the rights."""
+@dataclass(frozen=True, slots=True)
+class _CountsState:
+    through: dt.datetime | None
+    at: dt.datetime | None
+    recount_s: float | None
+
+
+def _counts_state() -> _ops.Steps[_CountsState]:
+    rows = yield _ops.Stmt("dashboard_counts_state", {})
+    row = rows[0] if rows else {"counted_through": None, "counted_at": None, "recount_s": None}
+    return _CountsState(row["counted_through"], row["counted_at"], row["recount_s"])
+
+
+def _floor_hour(at: dt.datetime) -> dt.datetime:
+    return at.replace(minute=0, second=0, microsecond=0)
+
+
+def _count_params(since: dt.datetime, state: _CountsState, cap: int, bucket_s: int,
+                  hourly: bool) -> dict[str, Any]:
+    # The ranges of dashboard_finished_counts.sql: what pgq.finished_counts holds ([since, through)),
+    # in minutes, or with `hourly` its whole hours from pgq.finished_counts_hourly and the minutes
+    # around them; from `live_from` on, the jobs.
+    through = state.through
+    live_from = since if through is None or through <= since else through
+    m1 = m2 = h = (since, since)
+    if live_from > since:
+        m1 = (since, live_from)
+        first_hour = _floor_hour(since) + (dt.timedelta(hours=1) if since != _floor_hour(since) else dt.timedelta(0))
+        last_hour = _floor_hour(live_from)
+        if hourly and first_hour < last_hour:
+            m1, h, m2 = (since, first_hour), (first_hour, last_hour), (last_hour, live_from)
+    return {"m1_from": m1[0], "m1_to": m1[1], "m2_from": m2[0], "m2_to": m2[1], "h_from": h[0], "h_to": h[1],
+            "live_from": live_from, "cap": cap, "bucket": dt.timedelta(seconds=bucket_s)}
+
+
+@dataclass(frozen=True, slots=True)
+class _Counted:
+    # A window's counts: its chart, the jobs per (bucket index, queue, status), per (queue, kind, status).
+    throughput: Throughput
+    by_bucket: list[tuple[int, str, str, int]]
+    by_kind: list[tuple[str, str, str, int]]
+
+
+def _counted(now: dt.datetime, window: ChartRange, state: _CountsState, cap: int) -> _ops.Steps[_Counted]:
+    # The window's counts (sql/dashboard_finished_counts.sql).
+    start = _window_start(now, window)
+    rows = yield _ops.Stmt("dashboard_finished_counts", _count_params(
+        start, state, cap, window.bucket_s, hourly=window.bucket_s % 3600 == 0))
+    buckets = [start + dt.timedelta(seconds=window.bucket_s * i) for i in range(window.buckets)]
+    totals = {s: [0] * window.buckets for s in FINAL}
+    live = 0
+    first_live: int | None = None
+    by_bucket: list[tuple[int, str, str, int]] = []
+    by_kind: list[tuple[str, str, str, int]] = []
+    for row in rows:
+        jobs, status = int(row["jobs"]), row["status"]
+        if row["bucket"] is None:
+            by_kind.append((row["queue"], row["kind"], status, jobs))
+            continue
+        index = int((row["bucket"] - start).total_seconds() // window.bucket_s)
+        if not 0 <= index < window.buckets:
+            continue  # a job committed with a finished_at in the future: not on this chart
+        if row["live"]:
+            live += jobs
+            first_live = index if first_live is None else min(first_live, index)
+        totals[status][index] += jobs
+        by_bucket.append((index, row["queue"], status, jobs))
+    capped = live >= cap
+    # Capped: the oldest bucket read from the jobs was read in part; the counts are complete from the next.
+    last = window.buckets - 1
+    counted_from = buckets[min((first_live or 0) + 1, last)] if capped else start
+    throughput = Throughput(buckets, totals["succeeded"], totals["failed"], totals["cancelled"], counted_from,
+                            capped, window.bucket_s, state.through, state.at, state.recount_s)
+    return _Counted(throughput, by_bucket, by_kind)
+
+
+def overview(finished_cap: int = FINISHED_CAP, chart_range: str = "1h") -> _ops.Operation[Overview]:
+    """The overview: per queue its backlog, workers, pause state, last hour and last day (sql/dashboard_queues.sql,
+    sql/dashboard_finished_counts.sql), the hour's throughput chart (and the chart of `chart_range`, one
+    of RANGES), the number of busy workers, the rights. Counts of finished jobs are exact: from
+    pgq.finished_counts for the minutes it holds, from the jobs for the newer ones (at most
+    `finished_cap` of them: `Throughput.capped`)."""
+    window = RANGES[chart_range]
 
     def steps() -> _ops.Steps[Overview]:
         now = yield from _guard()
@@ -224,39 +364,57 @@ def overview(finished_cap: int = FINISHED_CAP) -> _ops.Operation[Overview]:
             summary.oldest_ready_age_s = row["oldest_ready_age_s"]
             summary.next_run_at = row["next_run_at"]
             summary.paused, summary.paused_at, summary.paused_by = row["paused"], row["paused_at"], row["paused_by"]
-        finished = yield _ops.Stmt("dashboard_finished", {"cap": finished_cap})
-        throughput = _throughput(now, finished, by_name, finished_cap)
+        state = yield from _counts_state()
+        hour = yield from _counted(now, RANGES["1h"], state, finished_cap)
+        throughput = hour.throughput
+        for index, queue, status, jobs in hour.by_bucket:
+            summary = _queue(by_name, queue)
+            setattr(summary, status, getattr(summary, status) + jobs)
+            summary.per_minute[index] += jobs
+            if status == "failed":
+                summary.failed_per_minute[index] += jobs
+        for queue, kind, status, jobs in hour.by_kind:
+            _queue(by_name, queue).kinds.setdefault(kind, dict.fromkeys(FINAL, 0))[status] += jobs
+        day_since = throughput.minutes[-1] - dt.timedelta(minutes=DAY_MINUTES - 1)
+        for row in (yield _ops.Stmt("dashboard_finished_counts", _count_params(
+                day_since, state, finished_cap, 3600, hourly=True))):
+            if row["kind"] is None:
+                continue  # the per-hour rows: only the totals per kind are wanted
+            summary = _queue(by_name, row["queue"])
+            status, jobs = row["status"], int(row["jobs"])
+            summary.day[status] += jobs
+            summary.day_kinds.setdefault(row["kind"], dict.fromkeys(FINAL, 0))[status] += jobs
+        chart = throughput if window.key == "1h" else (yield from _counted(now, window, state, finished_cap)).throughput
         workers = yield _ops.Stmt("dashboard_workers", {})
         who = yield from _rights()
         busy = sum(1 for w in workers if w["running"])
-        return Overview(now, [by_name[n] for n in sorted(by_name)], throughput, busy, who)
+        return Overview(now, [by_name[n] for n in sorted(by_name)], throughput, busy, who, chart, day_since)
 
     return _read("dashboard_overview", steps)
 
 
-def _throughput(now: dt.datetime, rows: Sequence[Any], by_name: dict[str, QueueSummary], cap: int) -> Throughput:
-    start = _minute_start(now)
-    minutes = [start + dt.timedelta(minutes=i) for i in range(MINUTES)]
-    totals = {s: [0] * MINUTES for s in ("succeeded", "failed", "cancelled")}
-    scanned = 0
-    first: int | None = None
-    for row in rows:
-        index = int((row["minute"] - start).total_seconds() // 60)
-        if not 0 <= index < MINUTES:
-            continue  # a job committed with a finished_at in the future: not on this chart
-        jobs, status = int(row["jobs"]), row["status"]
-        scanned += jobs
-        first = index if first is None else min(first, index)
-        totals[status][index] += jobs
-        summary = _queue(by_name, row["queue"])
-        setattr(summary, status, getattr(summary, status) + jobs)
-        summary.per_minute[index] += jobs
-        if status == "failed":
-            summary.failed_per_minute[index] += jobs
-    capped = scanned >= cap
-    # Capped: the oldest minute read was read in part; the counts are complete from the next one.
-    counted_from = minutes[min((first or 0) + 1, MINUTES - 1)] if capped else start
-    return Throughput(minutes, totals["succeeded"], totals["failed"], totals["cancelled"], counted_from, capped)
+def throughput(chart_range: str, queue: str | None = None,
+               finished_cap: int = FINISHED_CAP) -> _ops.Operation[Throughput]:
+    """Jobs finished per bucket over `chart_range` (one of RANGES), of queue `queue` (None: all), exact as
+    `overview`'s counts are."""
+    window = RANGES[chart_range]
+
+    def steps() -> _ops.Steps[Throughput]:
+        now = yield from _guard()
+        state = yield from _counts_state()
+        counted = yield from _counted(now, window, state, finished_cap)
+        whole = counted.throughput
+        if queue is None:
+            return whole
+        totals = {s: [0] * window.buckets for s in FINAL}
+        for index, name, status, jobs in counted.by_bucket:
+            if name == queue:
+                totals[status][index] += jobs
+        return Throughput(whole.minutes, totals["succeeded"], totals["failed"], totals["cancelled"],
+                          whole.counted_from, whole.capped, whole.bucket_s, whole.counted_through, whole.counted_at,
+                          whole.recount_s)
+
+    return _read("dashboard_throughput", steps)
 
 
 # -- jobs ---------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Maintenance that workers run for the whole queue: rescue, periodic enqueue, retention.
+"""Maintenance that workers run for the whole queue: rescue, periodic enqueue, retention, the counts of
+finished jobs.
 
 Every worker runs the loop (`Maintenance.run`), but each run of a step is done by one worker only:
 the step's transaction starts with `pgq.lead(<the step>)` (the row lock of the step's row of
@@ -33,9 +34,11 @@ from ..tasks import AnyTask, Periodic, follow_up_spec
 from .registry import Registry
 
 __all__ = [
+    "COUNT_INTERVAL",
     "PERIODIC_LOCK_KEY",
     "RESCUE_LOCK_KEY",
     "RETENTION_LOCK_KEY",
+    "Counter",
     "Maintenance",
     "PeriodicEnqueuer",
     "Rescuer",
@@ -295,6 +298,28 @@ class PeriodicEnqueuer:
         return max(wait, 0.0) + 0.005
 
 
+COUNT_INTERVAL: Final = 20.0
+"""Seconds between a worker's passes of the finished-job counts (one worker's pass at a time does the
+work; the others' find its lock taken and return at once)."""
+
+
+class Counter:
+    """Keeps pgq.finished_counts, the dashboard's exact counts of finished jobs per minute, queue, kind and
+    status (pgq.count_finished, revision 0026): each pass counts the minutes since the last one, and the
+    last `recount_s` seconds before them again (late commits), at most `span_s` seconds of minutes."""
+
+    def __init__(self, queue: AsyncQueue, *, recount_s: float = _ops.COUNT_RECOUNT_S,
+                 span_s: float = _ops.COUNT_SPAN_S) -> None:
+        self._queue = queue
+        self._recount_s = recount_s
+        self._span_s = span_s
+
+    async def run_once(self) -> StepResult:
+        """One pass, if no other worker's is running. Counts: none (`leader` says whether it ran)."""
+        through = await self._queue._run(_ops.count_finished(self._recount_s, self._span_s))
+        return StepResult(through is not None)
+
+
 # What happens instead when the database refuses a step to the worker's role.
 _REFUSED_HINTS: Final = {
     "settle": "children and waits that a finish could not see are settled by the other workers and the "
@@ -303,11 +328,15 @@ _REFUSED_HINTS: Final = {
     "periodic": "periodic jobs are enqueued by the other workers (grant pgq_worker to this one's role)",
     "retention": "finished jobs stay until `pgq purge` runs as pgq_admin (workers with only pgq_worker "
                  "may not delete jobs)",
+    "counts": "the dashboard's counts of finished jobs are kept by the other workers (grant pgq_worker to this "
+              "one's role); without any, it counts the newest finished jobs only",
 }
 
 
 class Maintenance:
-    """Runs the four steps forever at their intervals (until cancelled). Owned by a Worker.
+    """Runs the five steps forever at their intervals (until cancelled). Owned by a Worker.
+
+    `count_interval`: seconds between passes of the finished-job counts (`Counter`).
 
     `settle_interval`: seconds between settle runs (`pgq.settle`: the children and waits a finish could
     not see because their producer committed after it; one worker at a time does the work).
@@ -331,6 +360,7 @@ class Maintenance:
         retention_interval: float,
         periodic_cap: float = 30.0,
         settle_interval: float = SETTLE_INTERVAL,
+        count_interval: float = COUNT_INTERVAL,
         metrics: Metrics | None = None,
         stalled_after: float | None = None,
         tasks: Mapping[str, AnyTask] | None = None,
@@ -340,6 +370,8 @@ class Maintenance:
         self.rescuer = Rescuer(queue, metrics=metrics, stalled_after=stalled_after, tasks=tasks, registry=registry)
         self.periodic = PeriodicEnqueuer(queue, periodic)
         self.retention = None if retention is None else Retention(queue, retention)
+        self.counter = Counter(queue)
+        self._count_interval = count_interval
         self._rescue_interval = rescue_interval
         self._settle_interval = settle_interval
         self._retention_interval = retention_interval
@@ -353,6 +385,7 @@ class Maintenance:
         due = {
             "rescue": now + random.random() * min(self._rescue_interval, 1.0),
             "settle": now + random.random() * self._settle_interval,
+            "counts": now + random.random() * min(self._count_interval, 5.0),
             "periodic": now if self._has_periodic else float("inf"),
             "retention": now + random.random() * min(self._retention_interval, 10.0)
             if self.retention is not None else float("inf"),
@@ -397,6 +430,9 @@ class Maintenance:
         if step == "settle":
             await self._queue._run(_ops.settle())
             return self._settle_interval * jitter
+        if step == "counts":
+            await self.counter.run_once()
+            return self._count_interval * jitter
         if step == "periodic":
             result = await self.periodic.run_once()
             return self.periodic.next_run_in(result.leader, self._periodic_cap)

@@ -187,3 +187,7 @@ GRANT EXECUTE ON FUNCTION
 -- which its reservation keys derive) for no role: the SELECT on all tables above included it.
 REVOKE SELECT ON pgq.claim_secret FROM {producer};
 GRANT EXECUTE ON FUNCTION pgq.lead(text) TO {worker};
+
+-- 5. Revision 0026. A pass of the finished-job counts (pgq.count_finished: it writes only the counts
+-- tables, one pass at a time) for the worker, whose maintenance loop runs it.
+GRANT EXECUTE ON FUNCTION pgq.count_finished(interval, interval) TO {worker};

@@ -253,7 +253,8 @@ def test_every_table_column_view_function_and_type_has_a_comment(pgq_dsn: str) -
     assert tables == {"jobs", "key_watermarks", "concurrency_limits", "paused_queues", "rate_limits",
                       "rate_limit_starts", "job_dependencies", "awaited_jobs", "workers", "job_audit",
                       "group_limits", "group_rate_starts", "key_raises", "sequence_tails", "key_finishes",
-                      "leaders", "claim_secret", "unique_locks", "role_scopes", "control_audit"}
+                      "leaders", "claim_secret", "unique_locks", "role_scopes", "control_audit", "finished_counts",
+                      "finished_counts_deleted", "finished_counts_state", "finished_counts_hourly"}
     assert uncommented == []
     assert snapshot["schema"][0][1]
 

@@ -133,6 +133,24 @@ def test_overview_shows_the_queues_and_updates_live(page: Any, pgq_queue: Queue,
     expect(page.locator("#live-status")).to_have_text("Live")
 
 
+def test_the_overview_charts_a_day_and_a_week_from_the_kept_counts(page: Any, pgq_queue: Queue, db: SQL) -> None:
+    db("INSERT INTO pgq.jobs (queue, kind, status, attempts, finished_at) "
+       "SELECT 'mail', 'send_email', CASE WHEN g % 10 = 0 THEN 'failed' ELSE 'succeeded' END::pgq.job_status, 1, "
+       "now() - g * interval '97 seconds' FROM generate_series(1, 6000) g")  # the last week, and older
+    db("SELECT pgq.count_finished('2 minutes', '400 days')")
+
+    page.goto("/")
+    expect(page.locator("#counts-fresh")).to_contain_text("Exact counts")
+    expect(page.locator('[data-range="1h"]')).to_have_text("1h")
+    page.locator('a[data-range="24h"]').click()
+    expect(page.locator("h2").first).to_contain_text("Jobs finished per quarter hour")
+    expect(page.locator("svg.chart g.minute")).to_have_count(96)
+    page.locator('a[data-range="7d"]').click()
+    expect(page.locator("h2").first).to_contain_text("Jobs finished per hour")
+    expect(page.locator("svg.chart g.minute")).to_have_count(168)
+    expect(page.locator('tr[data-queue="mail"]')).to_be_visible()
+
+
 def test_filter_jobs_and_open_one(page: Any, pgq_queue: Queue) -> None:
     pgq_queue.enqueue_many([{"kind": "send_email", "queue": "mail", "payload": {"n": i}} for i in range(4)])
     failing = pgq_queue.enqueue("charge_card", {"order": 42}, queue="billing", dedupe_key="order-42",

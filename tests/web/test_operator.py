@@ -248,9 +248,9 @@ def test_the_overview_says_plainly_when_its_counts_are_partial(dashboard: Client
     assert 'id="counts-partial"' not in client.get("/").text
     assert client.get("/api/queues").json()["last_hour_partial"] is False
     whole = queries.overview
-    monkeypatch.setattr(queries, "overview", lambda cap=2: whole(cap))
+    monkeypatch.setattr(queries, "overview", lambda cap=2, chart_range="1h": whole(cap, chart_range))
     page = client.get("/").text
-    assert 'id="counts-partial"' in page and "counted over the newest 50,000 finished jobs only" in page
+    assert 'id="counts-partial"' in page and "counted the newest 50,000 finished jobs since them only" in page
     api = client.get("/api/queues").json()
     assert api["last_hour_partial"] is True and api["counted_over_finished"] == queries.FINISHED_CAP
 

@@ -42,7 +42,7 @@ def test_the_chart_is_well_formed_svg_with_a_bar_and_a_title_per_minute() -> Non
         "09:00", "09:10", "09:20", "09:30", "09:40", "09:50"]
     assert len(root.findall(".//s:rect[@class='failed']", ns)) == 6
     assert "style=" not in svg and "<script" not in svg
-    assert "180 jobs finished in the last 60 minutes, 6 of them failed" in root.attrib["aria-label"]
+    assert "180 jobs finished in the last hour, 6 of them failed" in root.attrib["aria-label"]
 
 
 def test_an_empty_hour_says_so() -> None:
