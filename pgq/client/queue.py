@@ -447,7 +447,7 @@ class Queue:
         self._run(_ops.set_concurrency_limit(kind, limit, actor))
 
     def set_rate_limit(self, kind: str, rate: str | tuple[int, float] | None, *,
-                       actor: str | None = None) -> None:
+                             actor: str | None = None) -> None:
         """Let at most so many jobs of `kind` start in any window of that length, across all
         workers: "100/s", "5/min", "1000/h", "10/2s", or (max_starts, seconds); None removes the
         limit. Exact (a sliding window on the database clock, counted by the claim under a lock);
