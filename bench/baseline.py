@@ -11,6 +11,11 @@ the baseline. Database `bench_pgq` on the server of --dsn is dropped and created
 runs, so that each side migrates its own schema (do not point this at a database you keep). Sides
 alternate within a round and the order flips every round, so slow drift of the machine hits both.
 
+`--peer NAME` (repeatable) runs another queue of the harness in the same rounds, after the two pgq
+sides, from its virtualenv `$PEERBENCH_DIR/venv-NAME` (default /tmp/peerbench; the harness's
+setup_venvs.sh makes them), with its own database and schema (the harness's install): its figures
+are printed beside pgq's, with HEAD / NAME.
+
 Prints one line per run and then, per workload, the median of each side and HEAD / baseline: jobs/s
 (whole run and steady, from the first job done) for W2 and W3, and the wake-up p50 and p99 (ms) for W4,
 where a ratio below 1 is better. Hot-path changes report this output next to the ABBA against the
@@ -50,19 +55,23 @@ def export_tree(rev: str, where: Path) -> Path:
     return tree
 
 
-def recreate_database(base_dsn: str) -> None:
-    """Drop and create database bench_pgq on the server of `base_dsn` (a DSN ending in '/')."""
+def recreate_database(base_dsn: str, name: str = "bench_pgq") -> None:
+    """Drop and create database `name` on the server of `base_dsn` (a DSN ending in '/')."""
     with psycopg.connect(base_dsn + "postgres", autocommit=True) as conn:
-        conn.execute("DROP DATABASE IF EXISTS bench_pgq WITH (FORCE)")
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier("bench_pgq")))
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
-def run_side(harness: Path, tree: Path, base_dsn: str, out: Path, args: list[str]) -> dict[str, object]:
-    """Run one harness workload for pgq imported from `tree`; return the JSON record it appended."""
+def run_side(harness: Path, tree: Path, base_dsn: str, out: Path, args: list[str],
+             peer: str = "pgq", python: str = sys.executable) -> dict[str, object]:
+    """Run one harness workload for pgq imported from `tree` (or for `peer` with its `python`); return
+    the JSON record it appended."""
     env = dict(os.environ, PYTHONPATH=str(tree), BENCH_DSN=base_dsn, BENCH_OUT=str(out),
                BENCH_LOG_DIR=str(out.parent / "logs"), PYTHONDONTWRITEBYTECODE="1")
+    if peer != "pgq":
+        env.pop("PYTHONPATH")
     before = out.read_text().count("\n") if out.exists() else 0
-    subprocess.run([sys.executable, "bench.py", "--peer", "pgq", *args], cwd=harness, env=env, check=True,
+    subprocess.run([python, "bench.py", "--peer", peer, *args], cwd=harness, env=env, check=True,
                    stdout=subprocess.DEVNULL)
     lines = out.read_text().splitlines()
     if len(lines) <= before:
@@ -93,6 +102,9 @@ def main() -> int:
     parser.add_argument("--procs", default="1,2", help="W3 worker processes, comma-separated (default 1,2)")
     parser.add_argument("--n", type=int, default=20000, help="W3 jobs (default 20,000)")
     parser.add_argument("--workloads", default="w2,w3,w4", help="any of w2,w3,w4 (default all three)")
+    parser.add_argument("--peer", action="append", default=[],
+                        help="another queue of the harness to run in the same rounds (repeatable), from "
+                             "$PEERBENCH_DIR/venv-NAME")
     parser.add_argument("--dsn", default=os.environ.get("BENCH_DSN", "postgresql://postgres@127.0.0.1:5432/"),
                         help="server base DSN ending in '/' (default $BENCH_DSN or the local server)")
     opts = parser.parse_args()
@@ -102,6 +114,12 @@ def main() -> int:
         parser.error("--rounds and --n must be at least 1")
     if not HARNESS.is_dir():
         parser.error(f"the shared harness is not at {HARNESS}")
+    venvs = Path(os.environ.get("PEERBENCH_DIR", "/tmp/peerbench"))
+    peers = {name: str(venvs / f"venv-{name}" / "bin" / "python") for name in opts.peer}
+    for name, python in peers.items():
+        if name == "pgq" or not Path(python).exists():
+            parser.error(f"no virtualenv for peer {name!r} at {Path(python).parent.parent} (the harness's "
+                         "setup_venvs.sh makes them)")
     workloads: list[tuple[str, list[str]]] = []
     for w in opts.workloads.split(","):
         if w == "w2":
@@ -126,10 +144,18 @@ def main() -> int:
         results: dict[tuple[str, str], list[dict[str, float]]] = {}
         for rnd in range(opts.rounds):
             order = list(sides) if rnd % 2 == 0 else list(reversed(sides))
-            for side in order:
-                install(harness, sides[side], opts.dsn)
+            for side in order + list(peers):
+                if side in peers:
+                    recreate_database(opts.dsn, f"bench_{side}")
+                    subprocess.run([peers[side], "bench.py", "--peer", side, "install"], cwd=harness, check=True,
+                                   env=dict(os.environ, BENCH_DSN=opts.dsn), stdout=subprocess.DEVNULL)
+                else:
+                    install(harness, sides[side], opts.dsn)
                 for name, args in workloads:
-                    got = figures(run_side(harness, sides[side], opts.dsn, out, args))
+                    if side in peers:
+                        got = figures(run_side(harness, ROOT, opts.dsn, out, args, side, peers[side]))
+                    else:
+                        got = figures(run_side(harness, sides[side], opts.dsn, out, args))
                     results.setdefault((name, side), []).append(got)
                     shown = ", ".join(f"{k} {v:g}" for k, v in got.items())
                     print(f"round {rnd + 1} {side:>10} {name:<6} {shown}", flush=True)
@@ -146,7 +172,13 @@ def main() -> int:
                 continue
             mh, mb = statistics.median(h), statistics.median(b)
             ratio = mh / mb if mb else float("nan")
-            print(f"{name:<6} {key:<18} HEAD {mh:>10.1f}  {opts.baseline} {mb:>10.1f}  ratio {ratio:.2f}")
+            line = f"{name:<6} {key:<18} HEAD {mh:>10.1f}  {opts.baseline} {mb:>10.1f}  ratio {ratio:.2f}"
+            for peer in peers:
+                p = [r[key] for r in results.get((name, peer), []) if key in r]
+                if p:
+                    mp = statistics.median(p)
+                    line += f"  {peer} {mp:.1f} (HEAD / {peer} {mh / mp if mp else float('nan'):.2f})"
+            print(line)
     return 0
 
 
