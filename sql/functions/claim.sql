@@ -107,24 +107,35 @@ BEGIN
     -- The queues: the given ones, or every queue with queued jobs (a loose index scan of
     -- jobs_claim_idx, one probe per queue); paused ones left out. Exact: pgq.pause() waits for every
     -- transaction that read pgq.paused_queues (ACCESS EXCLUSIVE), this one included.
-    WITH RECURSIVE every_queue AS (
-        (SELECT j.queue FROM pgq.jobs j WHERE queues IS NULL AND j.status = 'queued' ORDER BY j.queue LIMIT 1)
-        UNION ALL
-        SELECT (SELECT j.queue FROM pgq.jobs j WHERE j.status = 'queued' AND j.queue > e.queue
-                ORDER BY j.queue LIMIT 1)
-        FROM every_queue e
-        WHERE e.queue IS NOT NULL
-    )
-    SELECT ARRAY(
-        SELECT w.name
-        FROM (SELECT DISTINCT g.name FROM unnest(queues) AS g(name) WHERE g.name IS NOT NULL
-              UNION
-              SELECT e.queue FROM every_queue e WHERE e.queue IS NOT NULL) w
-        WHERE NOT EXISTS (SELECT 1 FROM pgq.paused_queues p WHERE p.queue = w.name)
-        ORDER BY w.name),
-        ARRAY(SELECT c.kind FROM pgq.concurrency_limits c UNION SELECT r.kind FROM pgq.rate_limits r),
-        (SELECT s.secret FROM pgq.claim_secret s) || ':' || floor(extract(epoch FROM now()) / 60)
-    INTO wanted, limited_kinds, salt;
+    -- Revision 0024: one queue named, the common case, takes a statement without the set operations
+    -- below (their hash tables cost a claim of one job more to set up than to run); limited kinds
+    -- are listed with UNION ALL (a kind with both limits is listed twice, which every use allows).
+    IF cardinality(queues) = 1 AND queues[1] IS NOT NULL THEN
+        SELECT CASE WHEN EXISTS (SELECT 1 FROM pgq.paused_queues p WHERE p.queue = queues[1])
+                    THEN '{}'::text[] ELSE queues END,
+               ARRAY(SELECT c.kind FROM pgq.concurrency_limits c UNION ALL SELECT r.kind FROM pgq.rate_limits r),
+               (SELECT s.secret FROM pgq.claim_secret s) || ':' || floor(extract(epoch FROM now()) / 60)
+        INTO wanted, limited_kinds, salt;
+    ELSE
+        WITH RECURSIVE every_queue AS (
+            (SELECT j.queue FROM pgq.jobs j WHERE queues IS NULL AND j.status = 'queued' ORDER BY j.queue LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.queue FROM pgq.jobs j WHERE j.status = 'queued' AND j.queue > e.queue
+                    ORDER BY j.queue LIMIT 1)
+            FROM every_queue e
+            WHERE e.queue IS NOT NULL
+        )
+        SELECT ARRAY(
+            SELECT w.name
+            FROM (SELECT DISTINCT g.name FROM unnest(queues) AS g(name) WHERE g.name IS NOT NULL
+                  UNION
+                  SELECT e.queue FROM every_queue e WHERE e.queue IS NOT NULL) w
+            WHERE NOT EXISTS (SELECT 1 FROM pgq.paused_queues p WHERE p.queue = w.name)
+            ORDER BY w.name),
+            ARRAY(SELECT c.kind FROM pgq.concurrency_limits c UNION ALL SELECT r.kind FROM pgq.rate_limits r),
+            (SELECT s.secret FROM pgq.claim_secret s) || ':' || floor(extract(epoch FROM now()) / 60)
+        INTO wanted, limited_kinds, salt;
+    END IF;
     IF cardinality(wanted) = 0 THEN
         RETURN;
     END IF;
@@ -205,18 +216,44 @@ BEGIN
             EXIT WHEN NOT FOUND;
             IF solo THEN
                 -- Alone in the queue (revision 0024): its due rows of this priority, locked in
-                -- claim order; a row a producer or an operator holds is skipped.
-                SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}'),
-                       count(*)
-                INTO found_ids, found_tids, a_got
-                FROM (SELECT j.id, j.ctid
-                      FROM pgq.jobs j
-                      WHERE j.status = 'queued' AND j.queue = q AND j.limited = false AND j.priority = prio
-                        AND j.run_at <= now() AND (kinds IS NULL OR j.kind = ANY(kinds))
-                      ORDER BY j.priority, j.run_at, j.id
-                      LIMIT q_left
-                      FOR NO KEY UPDATE SKIP LOCKED) r;
-                q_left := q_left - a_got;
+                -- claim order (a row a producer or an operator holds is skipped) and taken in the
+                -- same statement, where they are (they cannot move: this transaction holds them).
+                -- No reservation, and none of the limited path: no limit is in play.
+                RETURN QUERY
+                WITH picked AS (
+                    SELECT j.ctid AS tid
+                    FROM pgq.jobs j
+                    WHERE j.status = 'queued' AND j.queue = q AND j.limited = false AND j.priority = prio
+                      AND j.run_at <= now() AND (kinds IS NULL OR j.kind = ANY(kinds))
+                    ORDER BY j.priority, j.run_at, j.id
+                    LIMIT q_left
+                    FOR NO KEY UPDATE SKIP LOCKED
+                ),
+                claimed AS (
+                    UPDATE pgq.jobs j
+                    SET status = 'running',
+                        attempts = j.attempts + 1,
+                        lease_token = gen_random_uuid(),
+                        lease_expires_at = now() + make_interval(secs => lease_s),
+                        claimed_by = worker,
+                        started_at = statement_timestamp(),
+                        input_watermark = CASE WHEN j.dedupe_key IS NULL THEN j.input_watermark
+                                               ELSE greatest(j.input_watermark, pgq.key_raised(j.queue, j.dedupe_key)) END
+                    WHERE j.ctid = ANY(ARRAY(SELECT p.tid FROM picked p))
+                    RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.status::text AS status, j.run_at,
+                              j.attempts, j.max_attempts, j.dedupe_key, j.lease_token::text AS lease_token,
+                              j.lease_expires_at, j.claimed_by, j.last_error, j.result, j.input_watermark,
+                              j.done_watermark, j.created_at, j.started_at, j.finished_at, j.progress, j.group_key,
+                              j.sequence_key
+                )
+                SELECT c.id, c.queue, c.kind, c.payload, c.priority, c.status, c.run_at, c.attempts, c.max_attempts,
+                       c.dedupe_key, c.lease_token, c.lease_expires_at, c.claimed_by, c.last_error, c.result,
+                       c.input_watermark, c.done_watermark, c.created_at, c.started_at, c.finished_at, c.progress,
+                       c.group_key, c.sequence_key
+                FROM claimed c
+                ORDER BY c.run_at, c.id;
+                GET DIAGNOSTICS got = ROW_COUNT;
+                q_left := q_left - got;
                 CONTINUE;
             END IF;
             SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}'),
@@ -267,6 +304,9 @@ BEGIN
             q_left := q_left - (cardinality(found_ids) - b_before);
         END LOOP;
     END LOOP;
+    IF solo THEN
+        RETURN;  -- the lone claim took its rows above, priority by priority
+    END IF;
     tried := tried || found_ids;
 
     -- Unmarked rows of limited kinds are marked (and leave jobs_claim_idx's unlimited part), never

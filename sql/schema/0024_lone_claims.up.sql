@@ -8,6 +8,10 @@
 -- 206 rows where the worker asked for 512, so the drain lost a third of its rate against caf8cde.
 -- Now each claim holds its queue's key (from pgq.claim_secret, which no role can read): a claim of
 -- one queue with no limits in play takes it exclusively when no other claim of the queue is under
--- way and then locks up to 1,024 rows in one ordered scan (FOR NO KEY UPDATE SKIP LOCKED); other
--- claims take it shared and reserve as before. Same signature and grants; no table changes.
+-- way and then locks and takes up to 1,024 rows in one statement per priority (an ordered scan FOR
+-- NO KEY UPDATE SKIP LOCKED feeding the UPDATE); other claims take it shared and reserve as before.
+-- A claim of one named queue also reads its queue, pause and limits without set operations, whose
+-- hash tables cost a claim of one job more to set up than to run. Server instructions of a claim
+-- of one job: 1.65 million against 2.57 (caf8cde: 1.12); per job in claims of 512: 101.8k against
+-- 128.8k (caf8cde: 101.3k). Same signature and grants; no table changes.
 -- pgq:function claim

@@ -116,3 +116,14 @@ def test_lone_and_reserving_claims_racing_claim_every_job_exactly_once(pgq_queue
     assert len(claimed) == total and len(set(claimed)) == total
     assert db("SELECT status::text, attempts, count(*) AS n FROM pgq.jobs GROUP BY 1, 2") == [
         {"status": "succeeded", "attempts": 1, "n": total}]
+
+
+def test_a_claim_of_one_paused_queue_takes_nothing_until_it_is_resumed(pgq_queue: Queue, pgq_dsn: str) -> None:
+    """The claim of a single queue reads the pauses through its own statement (revision 0024): a
+    paused queue yields nothing, another queue's pause nothing of this one's, and a resume all."""
+    ids = pgq_queue.enqueue_many([JobSpec("k", queue="q") for _ in range(3)])
+    pgq_queue.pause("q")
+    pgq_queue.pause("other")
+    assert _statement(pgq_dsn, ["q"], 10) == []
+    pgq_queue.resume("q")
+    assert _statement(pgq_dsn, ["q"], 10) == ids
