@@ -188,11 +188,22 @@ class FaultProxy:
         self._call(refuse)
 
     def close(self) -> None:
-        """Stop listening and cut everything."""
-        self._call(self._cut)
-        self._loop.call_soon_threadsafe(self._server.close)
+        """Stop listening, cut everything, and end every task of the proxy's loop before stopping it: a
+        connection accepted just before (its `_accept` task created, never started) otherwise left a
+        "coroutine 'FaultProxy._accept' was never awaited" warning after pytest's summary."""
+        async def shutdown() -> None:
+            self._server.close()
+            self._cut()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+        if not self._thread.is_alive():
+            self._loop.close()
 
     # -- inside the proxy's loop
 
