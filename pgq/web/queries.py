@@ -158,6 +158,9 @@ class QueueSummary:
     retrying: int = 0
     unknown_kind: int = 0
     """Of the retrying jobs, those a worker handed back because its app has no task of their kind."""
+    unknown_kinds: dict[str, int] = field(default_factory=dict)
+    """Queued jobs per kind that no live worker of the queue knows (and those handed back for their
+    kind): they wait, untouched, for a worker whose app has the task (sql/queue_unknown_kinds.sql)."""
     workers: int = 0
     oldest_ready_age_s: float | None = None
     next_run_at: dt.datetime | None = None
@@ -211,7 +214,8 @@ def _queue(by_name: dict[str, QueueSummary], name: str) -> QueueSummary:
 
 def overview(finished_cap: int = FINISHED_CAP) -> _ops.Operation[Overview]:
     """The overview: per queue its backlog, workers, pause state and last hour (sql/dashboard_queues.sql,
-    sql/dashboard_finished.sql), the hour's throughput chart, the number of busy workers, the rights."""
+    sql/dashboard_finished.sql), the kinds no live worker of it knows (sql/queue_unknown_kinds.sql),
+    the hour's throughput chart, the number of busy workers, the rights."""
 
     def steps() -> _ops.Steps[Overview]:
         now = yield from _guard()
@@ -224,6 +228,8 @@ def overview(finished_cap: int = FINISHED_CAP) -> _ops.Operation[Overview]:
             summary.oldest_ready_age_s = row["oldest_ready_age_s"]
             summary.next_run_at = row["next_run_at"]
             summary.paused, summary.paused_at, summary.paused_by = row["paused"], row["paused_at"], row["paused_by"]
+        for row in (yield _ops.Stmt("queue_unknown_kinds", {})):
+            _queue(by_name, row["queue"]).unknown_kinds[row["kind"]] = int(row["jobs"])
         finished = yield _ops.Stmt("dashboard_finished", {"cap": finished_cap})
         throughput = _throughput(now, finished, by_name, finished_cap)
         workers = yield _ops.Stmt("dashboard_workers", {})
