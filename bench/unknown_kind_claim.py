@@ -11,18 +11,28 @@ jobs each:
   as the known jobs and due earlier (they come first in jobs_claim_idx's order);
 - `better`: the same, at a better priority (0) than the known jobs (1);
 
-and each of the last two gets 16 ready `plain` jobs before every claim. Every claim asks for
-kinds `{plain, extra}` (a worker with two tasks), 16 jobs, from one queue, as the worker runs it
+and each of the last two gets 16 ready `plain` jobs before every claim. Every claim asks for the
+kinds `--kinds` (default `plain,extra`: a worker with two tasks; `plain` alone takes pgq.claim's
+one-kind path), 16 jobs, from one queue, as the worker runs it
 (pgq.claim, one statement, autocommit). With `--old REV`, revision REV's pgq.claim
 (sql/schema/REV/functions/claim.sql) is installed beside the current one as pgq.claim_old and timed
 alternately, case by case, order flipped every round. The claimed jobs are deleted between claims
 (not timed). Prints per case and definition the median and p90 ms and the ratio to `ready`'s median
 with the same definition. Nothing is asserted.
+
+    python bench/unknown_kind_claim.py --dsn ... --from-start [--jobs 1000000]
+
+times instead what a worker sees: `--jobs` jobs of the kind `resize` in queue `default` (priority 0,
+due first), then one `ping` job there and one `pong` job in queue `other`; a worker whose app has
+only `ping` and `pong` (concurrency 10, poll 1 s) starts, and the script prints the seconds from
+`Worker.run_async` until each handler ran, and how many `resize` rows it touched. Run it with
+PYTHONPATH naming another checkout to time that checkout's worker.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import sys
 import time
@@ -56,19 +66,62 @@ def _fill(dsn: str, jobs: int, old: str | None) -> None:
         print(f"filled 3 x {jobs:,} jobs in {time.monotonic() - started:.0f} s", flush=True)
 
 
-def _claim(conn: psycopg.Connection, case: str, function: str) -> float:
+def _claim(conn: psycopg.Connection, case: str, function: str, kinds: list[str]) -> float:
     """One timed claim of 16 from queue `case` with `function`; returns ms. Deletes what it took."""
     if case != "ready":
         conn.execute("INSERT INTO pgq.jobs (queue, kind, payload, priority) "
                      "SELECT %s, 'plain', '{}', 1 FROM generate_series(1, 16)", (case,))
     started = time.perf_counter()
-    rows = conn.execute(f"SELECT c.id, c.kind FROM {function}(ARRAY[%s], ARRAY['plain', 'extra'], 16, 60, "
-                        f"'bench') c".encode(), (case,)).fetchall()
+    rows = conn.execute(f"SELECT c.id, c.kind FROM {function}(ARRAY[%s], %s, 16, 60, 'bench') c".encode(),
+                        (case, kinds)).fetchall()
     ms = (time.perf_counter() - started) * 1000
     if len(rows) != 16 or {r[1] for r in rows} != {"plain"}:
         sys.exit(f"{case} ({function}): a claim took {len(rows)} jobs ({sorted({r[1] for r in rows})})")
     conn.execute("DELETE FROM pgq.jobs WHERE id = ANY(%s)", ([r[0] for r in rows],))
     return ms
+
+
+def _from_start(dsn: str, jobs: int) -> None:
+    """Fill `default` and `other`, start a worker that knows only the known kinds, print its timings."""
+    import pgq
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("""INSERT INTO pgq.jobs (queue, kind, payload, priority, run_at)
+                        SELECT 'default', 'resize', '{}', 0, now() - interval '1 hour' + g * interval '1 ms'
+                        FROM generate_series(1, %(n)s) g""", {"n": jobs})
+        conn.execute("VACUUM ANALYZE pgq.jobs")
+        before = conn.execute("SELECT sum(xmin::text::bigint) FROM pgq.jobs WHERE kind = 'resize'").fetchone()
+    app = pgq.App(dsn)
+    ran: dict[str, float] = {}
+
+    @app.task(name="ping")
+    def ping() -> None:
+        ran.setdefault("ping", time.monotonic())
+
+    @app.task(name="pong", queue="other")
+    def pong() -> None:
+        ran.setdefault("pong", time.monotonic())
+
+    async def run() -> float:
+        with pgq.Queue(dsn) as queue:
+            queue.enqueue("ping")
+            queue.enqueue("pong", queue="other")
+        worker = pgq.Worker(app, concurrency=10, poll_interval=1.0, queues=["default", "other"])
+        started = time.monotonic()
+        task = asyncio.create_task(worker.run_async())
+        while len(ran) < 2 and time.monotonic() - started < 120:
+            await asyncio.sleep(0.002)
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+        return started
+
+    started = asyncio.run(run())
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        after = conn.execute("SELECT sum(xmin::text::bigint) FROM pgq.jobs WHERE kind = 'resize'").fetchone()
+    for kind in ("ping", "pong"):
+        took = f"{ran[kind] - started:.3f} s" if kind in ran else "not run within 120 s"
+        print(f"{jobs:,} unknown jobs ahead: {kind} ran {took} after the worker started", flush=True)
+    print(f"unknown rows touched: {'none' if before == after else 'some (their xmin changed)'}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,7 +131,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1_000_000, help="jobs per queue (default 1,000,000)")
     parser.add_argument("--claims", type=int, default=20, help="claims timed per case and definition (default 20)")
     parser.add_argument("--old", help="a revision whose pgq.claim to time beside the current one (e.g. 0023)")
+    parser.add_argument("--kinds", default="plain,extra",
+                        help="the kinds each claim asks for, comma-separated (default plain,extra)")
+    parser.add_argument("--from-start", action="store_true",
+                        help="time a worker from its start instead (see above)")
     args = parser.parse_args(argv)
+    if args.from_start:
+        with scratch_database(args.dsn, "pgq_unk") as dsn:
+            _from_start(dsn, args.jobs)
+        return 0
     if args.jobs < args.claims * 16 * 2:
         parser.error("--jobs must cover every claim of `ready` (claims x 32)")
     claims = {"current": "pgq.claim", **({args.old: "pgq.claim_old"} if args.old else {})}
@@ -89,14 +150,15 @@ def main(argv: list[str] | None = None) -> int:
         with psycopg.connect(dsn, autocommit=True) as conn:
             for n in range(args.claims):
                 for case, rev in (runs if n % 2 == 0 else runs[::-1]):
-                    times[(case, rev)].append(_claim(conn, case, claims[rev]))
+                    times[(case, rev)].append(_claim(conn, case, claims[rev], args.kinds.split(",")))
         for rev in claims:
             base = statistics.median(times[("ready", rev)])
             for case in CASES:
                 ms = sorted(times[(case, rev)])
                 median = statistics.median(ms)
-                print(f"claim {rev:7s}, 16 known, {case:6s} ({args.jobs:,} jobs): median {median:8.2f} ms, "
-                      f"p90 {ms[int(len(ms) * 0.9)]:8.2f} ms, {median / base:6.2f}x ready", flush=True)
+                print(f"claim {rev:7s}, kinds {args.kinds}, 16 known, {case:6s} ({args.jobs:,} jobs): "
+                      f"median {median:8.2f} ms, p90 {ms[int(len(ms) * 0.9)]:8.2f} ms, {median / base:6.2f}x ready",
+                      flush=True)
     return 0
 
 

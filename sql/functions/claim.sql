@@ -177,9 +177,123 @@ BEGIN
         -- two scans below, each bounded by the due jobs of that priority.
         q_left := lim - taken;
         prio := NULL;
-        IF kinds IS NOT NULL THEN
-            -- Revision 0024: a claim that names its kinds (every worker does) reads only their rows,
-            -- through jobs_claim_kind_idx (queue, kind, priority, run_at, id; unlimited rows): jobs of
+        IF kinds IS NULL THEN
+            WHILE q_left > 0 LOOP
+                SELECT j.priority INTO prio FROM pgq.jobs j
+                WHERE j.status = 'queued' AND j.queue = q AND j.limited = false
+                  AND j.priority > coalesce(prio, -32769)
+                ORDER BY j.queue, j.limited, j.priority
+                LIMIT 1;
+                EXIT WHEN NOT FOUND;
+                SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}'),
+                       count(*), (array_agg(r.id ORDER BY r.run_at, r.id))[1],
+                       (SELECT h.id FROM pgq.jobs h
+                        WHERE h.status = 'queued' AND h.queue = q AND h.limited = false AND h.priority = prio
+                          AND h.run_at <= now()
+                        ORDER BY h.priority, h.run_at, h.id
+                        LIMIT 1)
+                INTO found_ids, found_tids, a_got, a_first, a_head
+                FROM (SELECT c.id, c.ctid, c.run_at
+                      FROM (SELECT j.id, j.ctid, j.run_at, j.attempts,
+                                   j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy
+                            FROM pgq.jobs j
+                            WHERE j.status = 'queued' AND j.queue = q AND j.limited = false AND j.priority = prio
+                              AND j.run_at <= now()
+                            ORDER BY j.priority, j.run_at, j.id
+                            OFFSET 0) c  -- keeps the reservation below out of the scan's filter
+                      WHERE NOT c.busy AND c.id <> ALL(tried)
+                        AND pg_try_advisory_xact_lock(pgq.claim_key(salt, c.id, c.attempts, c.run_at))
+                      LIMIT q_left) r;
+                q_left := q_left - a_got;
+                IF q_left > 0 THEN
+                    b_examine := NULL;  -- short: every busy row of the priority
+                    b_cap := NULL;
+                ELSIF a_first IS DISTINCT FROM a_head THEN
+                    b_examine := a_got;
+                    b_cap := 2;
+                ELSE
+                    CONTINUE;
+                END IF;
+                b_before := cardinality(found_ids);
+                SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}')
+                INTO found_ids, found_tids
+                FROM (SELECT c.id, c.ctid
+                      FROM (SELECT x.id, x.ctid, x.attempts, x.run_at
+                            FROM (SELECT j.id, j.ctid, j.run_at, j.attempts,
+                                         j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy
+                                  FROM pgq.jobs j
+                                  WHERE j.status = 'queued' AND j.queue = q AND j.limited = false AND j.priority = prio
+                                    AND j.run_at <= now()
+                                  ORDER BY j.priority, j.run_at, j.id
+                                  LIMIT b_examine) x
+                            WHERE x.busy AND x.id <> ALL(tried) AND x.id <> ALL(found_ids)
+                            ORDER BY x.run_at, x.id
+                            LIMIT b_cap) c
+                      WHERE pg_try_advisory_xact_lock(pgq.claim_key(salt, c.id, c.attempts, c.run_at))) r;
+                q_left := q_left - (cardinality(found_ids) - b_before);
+            END LOOP;
+        ELSIF cardinality(kinds) = 1 THEN
+            -- Revision 0024: a claim of one kind (the benchmark's worker, an app with one task) runs
+            -- the scans above through jobs_claim_kind_idx (queue, kind, priority, run_at, id;
+            -- unlimited rows), in the same order: no row of another kind is read.
+            WHILE q_left > 0 LOOP
+                SELECT j.priority INTO prio FROM pgq.jobs j
+                WHERE j.status = 'queued' AND j.queue = q AND j.limited IS NOT TRUE AND j.kind = kinds[1]
+                  AND j.priority > coalesce(prio, -32769)
+                ORDER BY j.queue, j.kind, j.priority
+                LIMIT 1;
+                EXIT WHEN NOT FOUND;
+                SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}'),
+                       count(*), (array_agg(r.id ORDER BY r.run_at, r.id))[1],
+                       (SELECT h.id FROM pgq.jobs h
+                        WHERE h.status = 'queued' AND h.queue = q AND h.limited IS NOT TRUE AND h.kind = kinds[1] AND h.priority = prio
+                          AND h.run_at <= now()
+                        ORDER BY h.queue, h.kind, h.priority, h.run_at, h.id
+                        LIMIT 1)
+                INTO found_ids, found_tids, a_got, a_first, a_head
+                FROM (SELECT c.id, c.ctid, c.run_at
+                      FROM (SELECT j.id, j.ctid, j.run_at, j.attempts,
+                                   j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy
+                            FROM pgq.jobs j
+                            WHERE j.status = 'queued' AND j.queue = q AND j.limited IS NOT TRUE AND j.kind = kinds[1] AND j.priority = prio
+                              AND j.run_at <= now()
+                            ORDER BY j.queue, j.kind, j.priority, j.run_at, j.id
+                            OFFSET 0) c  -- keeps the reservation below out of the scan's filter
+                      WHERE NOT c.busy AND c.id <> ALL(tried)
+                        AND pg_try_advisory_xact_lock(pgq.claim_key(salt, c.id, c.attempts, c.run_at))
+                      LIMIT q_left) r;
+                q_left := q_left - a_got;
+                IF q_left > 0 THEN
+                    b_examine := NULL;  -- short: every busy row of the priority
+                    b_cap := NULL;
+                ELSIF a_first IS DISTINCT FROM a_head THEN
+                    b_examine := a_got;
+                    b_cap := 2;
+                ELSE
+                    CONTINUE;
+                END IF;
+                b_before := cardinality(found_ids);
+                SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}')
+                INTO found_ids, found_tids
+                FROM (SELECT c.id, c.ctid
+                      FROM (SELECT x.id, x.ctid, x.attempts, x.run_at
+                            FROM (SELECT j.id, j.ctid, j.run_at, j.attempts,
+                                         j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy
+                                  FROM pgq.jobs j
+                                  WHERE j.status = 'queued' AND j.queue = q AND j.limited IS NOT TRUE AND j.kind = kinds[1] AND j.priority = prio
+                                    AND j.run_at <= now()
+                                  ORDER BY j.queue, j.kind, j.priority, j.run_at, j.id
+                                  LIMIT b_examine) x
+                            WHERE x.busy AND x.id <> ALL(tried) AND x.id <> ALL(found_ids)
+                            ORDER BY x.run_at, x.id
+                            LIMIT b_cap) c
+                      WHERE pg_try_advisory_xact_lock(pgq.claim_key(salt, c.id, c.attempts, c.run_at))) r;
+                q_left := q_left - (cardinality(found_ids) - b_before);
+            END LOOP;
+        ELSE
+            -- Revision 0024: a claim that names several kinds reads only their rows,
+            -- through jobs_claim_kind_idx (queue, kind, priority, run_at, id; unlimited rows, whose condition
+            -- `limited IS NOT TRUE` only that index fits, see revision 0024): jobs of
             -- other kinds, however many and wherever they sort, are never read. Per priority with
             -- queued jobs of those kinds (one probe per kind), each kind's first c_n due rows, merged in
             -- claim order (c_*); then the two scans below, over those candidates. When the claim comes
@@ -192,7 +306,7 @@ BEGIN
                     FROM unnest(kinds) AS k(kind)
                     CROSS JOIN LATERAL (
                         SELECT j.priority FROM pgq.jobs j
-                        WHERE j.status = 'queued' AND j.queue = q AND NOT j.limited AND j.kind = k.kind
+                        WHERE j.status = 'queued' AND j.queue = q AND j.limited IS NOT TRUE AND j.kind = k.kind
                           AND j.priority > coalesce(prio, -32769)
                         ORDER BY j.queue, j.kind, j.priority
                         LIMIT 1) x;
@@ -212,7 +326,7 @@ BEGIN
                            row_number() OVER () AS n
                     FROM (SELECT j.id, j.ctid, j.run_at, j.attempts, j.xmax
                           FROM pgq.jobs j
-                          WHERE j.status = 'queued' AND j.queue = q AND NOT j.limited AND j.kind = k.kind
+                          WHERE j.status = 'queued' AND j.queue = q AND j.limited IS NOT TRUE AND j.kind = k.kind
                             AND j.priority = prio AND j.run_at <= now()
                           ORDER BY j.queue, j.kind, j.priority, j.run_at, j.id
                           LIMIT c_n) j) m;
@@ -254,64 +368,7 @@ BEGIN
                 END IF;
             END LOOP;
             c_more := false;
-            CONTINUE;
         END IF;
-        q_left := lim - taken;
-        prio := NULL;
-        WHILE q_left > 0 LOOP
-            SELECT j.priority INTO prio FROM pgq.jobs j
-            WHERE j.status = 'queued' AND j.queue = q AND j.limited = false
-              AND j.priority > coalesce(prio, -32769)
-            ORDER BY j.queue, j.limited, j.priority
-            LIMIT 1;
-            EXIT WHEN NOT FOUND;
-            SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}'),
-                   count(*), (array_agg(r.id ORDER BY r.run_at, r.id))[1],
-                   (SELECT h.id FROM pgq.jobs h
-                    WHERE h.status = 'queued' AND h.queue = q AND h.limited = false AND h.priority = prio
-                      AND h.run_at <= now()
-                    ORDER BY h.priority, h.run_at, h.id
-                    LIMIT 1)
-            INTO found_ids, found_tids, a_got, a_first, a_head
-            FROM (SELECT c.id, c.ctid, c.run_at
-                  FROM (SELECT j.id, j.ctid, j.run_at, j.attempts,
-                               j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy
-                        FROM pgq.jobs j
-                        WHERE j.status = 'queued' AND j.queue = q AND j.limited = false AND j.priority = prio
-                          AND j.run_at <= now()
-                        ORDER BY j.priority, j.run_at, j.id
-                        OFFSET 0) c  -- keeps the reservation below out of the scan's filter
-                  WHERE NOT c.busy AND c.id <> ALL(tried)
-                    AND pg_try_advisory_xact_lock(pgq.claim_key(salt, c.id, c.attempts, c.run_at))
-                  LIMIT q_left) r;
-            q_left := q_left - a_got;
-            IF q_left > 0 THEN
-                b_examine := NULL;  -- short: every busy row of the priority
-                b_cap := NULL;
-            ELSIF a_first IS DISTINCT FROM a_head THEN
-                b_examine := a_got;
-                b_cap := 2;
-            ELSE
-                CONTINUE;
-            END IF;
-            b_before := cardinality(found_ids);
-            SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}')
-            INTO found_ids, found_tids
-            FROM (SELECT c.id, c.ctid
-                  FROM (SELECT x.id, x.ctid, x.attempts, x.run_at
-                        FROM (SELECT j.id, j.ctid, j.run_at, j.attempts,
-                                     j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy
-                              FROM pgq.jobs j
-                              WHERE j.status = 'queued' AND j.queue = q AND j.limited = false AND j.priority = prio
-                                AND j.run_at <= now()
-                              ORDER BY j.priority, j.run_at, j.id
-                              LIMIT b_examine) x
-                        WHERE x.busy AND x.id <> ALL(tried) AND x.id <> ALL(found_ids)
-                        ORDER BY x.run_at, x.id
-                        LIMIT b_cap) c
-                  WHERE pg_try_advisory_xact_lock(pgq.claim_key(salt, c.id, c.attempts, c.run_at))) r;
-            q_left := q_left - (cardinality(found_ids) - b_before);
-        END LOOP;
     END LOOP;
     tried := tried || found_ids;
 

@@ -39,6 +39,12 @@ def test_a_claim_reads_no_row_of_a_kind_it_does_not_ask_for(pgq_queue: Queue, pg
         claims, read = _claim_counting(pgq_dsn, queue, kinds=["b", "a", "missing", "a"])
         assert [c.id for c in claims] == expected[queue][:16], queue
         assert read < twin_read + SLACK, (queue, read, twin_read)
+    # A claim of one kind (pgq.claim's one-kind path): the same, in claim order.
+    twin, twin_read = _claim_counting(pgq_dsn, "e", kinds=["a"], limit=2)
+    for queue in ("q", "b"):
+        claims, read = _claim_counting(pgq_dsn, queue, kinds=["a"], limit=2)
+        assert [c.id for c in claims] == expected[queue][16:18], queue  # the next two of kind a
+        assert read < twin_read + SLACK, (queue, read, twin_read)
     assert db("SELECT count(*) AS n, max(xmin::text::bigint) AS x FROM pgq.jobs WHERE kind = 'unknown'") == before
     assert db("SELECT DISTINCT status::text AS s, attempts FROM pgq.jobs WHERE kind = 'unknown'") == [
         {"s": "queued", "attempts": 0}]
