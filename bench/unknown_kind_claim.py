@@ -11,14 +11,15 @@ jobs each:
   as the known jobs and due earlier (they come first in jobs_claim_idx's order);
 - `better`: the same, at a better priority (0) than the known jobs (1);
 
-and each of the last two gets 16 ready `plain` jobs before every claim. Every claim asks for the
+and each of the last two gets 16 ready `plain` jobs before every claim, as does `fresh`, a queue with
+nothing else (the twin of the last two: a claim of 16 just-inserted jobs). Every claim asks for the
 kinds `--kinds` (default `plain,extra`: a worker with two tasks; `plain` alone takes pgq.claim's
 one-kind path), 16 jobs, from one queue, as the worker runs it
 (pgq.claim, one statement, autocommit). With `--old REV`, revision REV's pgq.claim
 (sql/schema/REV/functions/claim.sql) is installed beside the current one as pgq.claim_old and timed
 alternately, case by case, order flipped every round. The claimed jobs are deleted between claims
 (not timed). Prints per case and definition the median and p90 ms and the ratio to `ready`'s median
-with the same definition. Nothing is asserted.
+with the same definition, and for `same` and `better` to `fresh`'s. Nothing is asserted.
 
     python bench/unknown_kind_claim.py --dsn ... --from-start [--jobs 1000000]
 
@@ -42,7 +43,7 @@ import psycopg
 from churn import scratch_database
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = ("ready", "same", "better")
+CASES = ("ready", "fresh", "same", "better")
 
 
 def _fill(dsn: str, jobs: int, old: str | None) -> None:
@@ -153,12 +154,14 @@ def main(argv: list[str] | None = None) -> int:
                     times[(case, rev)].append(_claim(conn, case, claims[rev], args.kinds.split(",")))
         for rev in claims:
             base = statistics.median(times[("ready", rev)])
+            twin = statistics.median(times[("fresh", rev)])
             for case in CASES:
                 ms = sorted(times[(case, rev)])
                 median = statistics.median(ms)
+                vs_fresh = f", {median / twin:6.2f}x fresh" if case in ("same", "better") else ""
                 print(f"claim {rev:7s}, kinds {args.kinds}, 16 known, {case:6s} ({args.jobs:,} jobs): "
-                      f"median {median:8.2f} ms, p90 {ms[int(len(ms) * 0.9)]:8.2f} ms, {median / base:6.2f}x ready",
-                      flush=True)
+                      f"median {median:8.2f} ms, p90 {ms[int(len(ms) * 0.9)]:8.2f} ms, {median / base:6.2f}x ready"
+                      f"{vs_fresh}", flush=True)
     return 0
 
 
