@@ -6,6 +6,9 @@ time); and the claim's rules still hold: claim order across kinds, busy rows, un
 
 from __future__ import annotations
 
+import datetime as dt
+import random
+
 import psycopg
 
 from pgq import JobSpec, Queue, _ops
@@ -83,3 +86,25 @@ def test_limited_kinds_and_unknown_kinds_in_one_queue(pgq_queue: Queue, pgq_dsn:
     claims, _ = _claim_counting(pgq_dsn, "q", kinds=["lim", "plain"])
     assert sorted(c.id for c in claims if c.job.kind == "lim") == lim[:2]
     assert [c.id for c in claims if c.job.kind == "plain"] == plain[:14]
+
+
+def test_claims_of_some_kinds_take_those_kinds_first_jobs_in_claim_order(pgq_queue: Queue, pgq_dsn: str,
+                                                                         db: SQL) -> None:
+    """Random jobs of five kinds over four priorities, some scheduled: a claim naming one, two or
+    three kinds takes exactly the first jobs of those kinds in claim order (priority, run_at, id), as
+    a claim naming no kinds would if the other kinds were not there; repeated until the queue has
+    none left of them, and no job is taken twice."""
+    rng = random.Random(42)
+    pgq_queue.enqueue_many([
+        JobSpec(rng.choice("abcde"), queue="q", priority=rng.randrange(4),
+                delay=dt.timedelta(days=1) if rng.random() < 0.2 else None)
+        for _ in range(600)])
+    db("UPDATE pgq.jobs SET run_at = run_at - make_interval(secs => random() * 60) WHERE run_at <= now()")
+    for kinds in (["b"], ["c", "a"], ["a", "d", "e"]):
+        order = [r["id"] for r in db("SELECT id FROM pgq.jobs WHERE status = 'queued' AND kind = ANY(%s) "
+                                     "AND run_at <= now() ORDER BY priority, run_at, id", [kinds])]
+        taken: list[int] = []
+        while claims := _claim_counting(pgq_dsn, "q", kinds=kinds, limit=7)[0]:
+            assert {c.job.kind for c in claims} <= set(kinds)
+            taken += [c.id for c in claims]
+        assert taken == order, kinds
