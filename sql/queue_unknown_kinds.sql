@@ -7,7 +7,7 @@
 --
 -- Read by `pgq status`, the dashboard's overview and every metrics scrape (pgq/metrics.py), so its
 -- cost follows the unknown jobs, not the queue: the distinct (queue, kind) pairs of queued jobs come
--- from loose index scans of jobs_claim_kind_idx (unlimited kinds, revision 0024) and
+-- from loose index scans of jobs_claim_kind_idx (unlimited kinds, revision 0027) and
 -- jobs_claim_limited_idx, one probe per pair; only the pairs no live worker knows are counted, from
 -- those indexes (index-only where the visibility map allows), and in queues without a live worker
 -- only the handed-back rows (jobs_retrying_idx). Reading every queued job cost 650 ms at 1,000,000.

@@ -81,7 +81,7 @@ DECLARE
     prio        smallint;           -- the priority (a) scans (revision 0023)
     q_left      integer;            -- and what it may still reserve in the queue
     b_before    integer;            -- reservations before the second scan of (a)
-    c_n         integer;            -- rows per kind a claim naming its kinds reads (revision 0024)
+    c_n         integer;            -- rows per kind a claim naming its kinds reads (revision 0027)
     c_more      boolean := false;   -- and a kind had more: read the priority again
     c_ids       bigint[];           -- those rows in claim order
     c_tids      tid[];
@@ -109,7 +109,7 @@ BEGIN
         END IF;
     END IF;
 
-    -- The kinds asked for, each once (revision 0024: (a) reads each kind's rows on its own).
+    -- The kinds asked for, each once (revision 0027: (a) reads each kind's rows on its own).
     IF kinds IS NOT NULL THEN
         kinds := ARRAY(SELECT DISTINCT k.kind FROM unnest(kinds) AS k(kind) WHERE k.kind IS NOT NULL ORDER BY k.kind);
     END IF;
@@ -233,7 +233,7 @@ BEGIN
                 q_left := q_left - (cardinality(found_ids) - b_before);
             END LOOP;
         ELSIF cardinality(kinds) = 1 THEN
-            -- Revision 0024: a claim of one kind (the benchmark's worker, an app with one task) runs
+            -- Revision 0027: a claim of one kind (the benchmark's worker, an app with one task) runs
             -- the scans above through jobs_claim_kind_idx (queue, kind, priority, run_at, id;
             -- unlimited rows), in the same order: no row of another kind is read.
             WHILE q_left > 0 LOOP
@@ -291,9 +291,9 @@ BEGIN
                 q_left := q_left - (cardinality(found_ids) - b_before);
             END LOOP;
         ELSE
-            -- Revision 0024: a claim that names several kinds reads only their rows,
+            -- Revision 0027: a claim that names several kinds reads only their rows,
             -- through jobs_claim_kind_idx (queue, kind, priority, run_at, id; unlimited rows, whose condition
-            -- `limited IS NOT TRUE` only that index fits, see revision 0024): jobs of
+            -- `limited IS NOT TRUE` only that index fits, see revision 0027): jobs of
             -- other kinds, however many and wherever they sort, are never read. Per priority with
             -- queued jobs of those kinds (one probe per kind), each kind's first c_n due rows, merged in
             -- claim order (c_*); then the two scans below, over those candidates. When the claim comes

@@ -1,4 +1,4 @@
-"""Claims that name their kinds behind jobs of other kinds (issue #42, revision 0024): however many
+"""Claims that name their kinds behind jobs of other kinds (issue #42, revision 0027): however many
 jobs of kinds the claimer does not ask for wait ahead of its own, at the same or a better priority,
 the claim reads its kinds' rows only (jobs_claim_kind_idx), never theirs. Measured as pages of the
 claim's indexes read, against the same claim from a twin queue without the other kinds (never as a
@@ -27,7 +27,7 @@ def test_a_claim_reads_no_row_of_a_kind_it_does_not_ask_for(pgq_queue: Queue, pg
     """20,000 jobs of a kind the claimer does not know, enqueued first (earlier run_at) at the same
     priority as its jobs (queue q) and at a better one (queue b): a claim of 16 naming its two kinds
     takes its jobs in claim order across both kinds, reading what the same claim reads from a queue
-    with nothing else (before revision 0024 it read every unknown row; 0.8 s a claim at 1,000,000).
+    with nothing else (before revision 0027 it read every unknown row; 0.8 s a claim at 1,000,000).
     The unknown rows keep their versions: never locked, never written."""
     pgq_queue.enqueue_many(_backlog("q", 1) + _backlog("b", 0))
     before = db("SELECT count(*) AS n, max(xmin::text::bigint) AS x FROM pgq.jobs WHERE kind = 'unknown'")

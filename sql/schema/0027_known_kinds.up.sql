@@ -1,4 +1,4 @@
--- pgq schema, revision 0024: a claim that names its kinds reads no job of another kind (issue #42).
+-- pgq schema, revision 0027: a claim that names its kinds reads no job of another kind (issue #42).
 --
 -- Workers claim only the kinds their app has tasks for (since revision 0023's release), but the claim
 -- of unlimited work read jobs_claim_idx (queue, limited, priority, run_at, id) with `kind = ANY(kinds)`

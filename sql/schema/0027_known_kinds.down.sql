@@ -1,4 +1,4 @@
--- pgq schema, revision 0024 down: pgq.claim as revision 0023 defined it and pgq.explain as revision
+-- pgq schema, revision 0027 down: pgq.claim as revision 0023 defined it and pgq.explain as revision
 -- 0017 did, without jobs_claim_kind_idx.
 -- pgq:function claim@previous
 -- pgq:function explain@previous
