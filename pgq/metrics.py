@@ -25,6 +25,8 @@ Exposed families (labels in braces):
 - gauges from the database: `pgq_queue_jobs` {queue, state = ready | scheduled | running},
   `pgq_queue_expired_leases` {queue}, `pgq_queue_oldest_ready_age_seconds` {queue},
   `pgq_queue_live_workers` {queue} (registered live workers claiming from it: the worker registry),
+  `pgq_queue_unknown_kind_jobs` {queue, kind} (queued jobs of a kind no live worker of the queue
+  knows: they wait, untouched, for a worker whose app has the task; issue #42),
   `pgq_queue_stats_up` (1 when the last database read worked).
 """
 
@@ -237,8 +239,14 @@ class Metrics:
         live = GaugeMetricFamily("pgq_queue_live_workers",
                                  "Live workers claiming from the queue, from the worker registry (pgq.workers).",
                                  labels=("queue",))
+        unknown = GaugeMetricFamily("pgq_queue_unknown_kind_jobs",
+                                    "Queued jobs of a kind no live worker claiming from the queue knows: they wait, "
+                                    "untouched, until a worker whose app has the task starts.",
+                                    labels=("queue", "kind"))
         for queue in sorted(rows):
             row = rows[queue]
+            for kind, n in sorted((row.get("unknown_kinds") or {}).items()):
+                unknown.add_metric((queue, kind), n)
             for state in ("ready", "scheduled", "running"):
                 jobs.add_metric((queue, state), row[state])
             expired.add_metric((queue,), row["expired_leases"])
@@ -249,6 +257,7 @@ class Metrics:
         yield expired
         yield age
         yield live
+        yield unknown
         yield GaugeMetricFamily("pgq_queue_stats_up",
                                 "1 when the last read of the queue gauges from the database worked.",
                                 value=1 if backlog.ok else 0)

@@ -308,6 +308,15 @@ def is_dirty(queue: str, dedupe_key: str) -> Operation[bool]:
     return Operation("key_is_dirty", steps, retry_safe=True)
 
 
+def _unknown_kinds() -> Steps[dict[str, dict[str, int]]]:
+    """{queue: {kind: queued jobs}} of the kinds no live worker of the queue knows, and of jobs an
+    older worker handed back for their kind (sql/queue_unknown_kinds.sql); queues without any left out."""
+    unknown: dict[str, dict[str, int]] = {}
+    for row in (yield Stmt("queue_unknown_kinds", {})):
+        unknown.setdefault(row["queue"], {})[row["kind"]] = int(row["jobs"])
+    return unknown
+
+
 def queue_stats() -> Operation[list[dict[str, Any]]]:
     """Rows of the pgq.queue_stats view, each with `unknown_kinds` added: {kind: number of queued
     jobs} that no live worker of the queue has a task for, or that an older worker handed back for
@@ -315,9 +324,7 @@ def queue_stats() -> Operation[list[dict[str, Any]]]:
 
     def steps() -> Steps[list[dict[str, Any]]]:
         rows = yield Stmt("queue_stats", {})
-        unknown: dict[str, dict[str, int]] = {}
-        for row in (yield Stmt("queue_unknown_kinds", {})):
-            unknown.setdefault(row["queue"], {})[row["kind"]] = int(row["jobs"])
+        unknown = yield from _unknown_kinds()
         return [{**row, "unknown_kinds": unknown.get(row["queue"], {})} for row in rows]
 
     return Operation("queue_stats", steps, retry_safe=True)
@@ -354,8 +361,9 @@ def resume(queue: str, actor: str | None = None) -> Operation[bool]:
 def queue_backlog(queues: Sequence[str] | None) -> Operation[list[dict[str, Any]]]:
     """Rows of the pgq.queue_backlog view for `queues` (None: all): per queue ready, scheduled,
     running, expired_leases and oldest_ready_age_s (seconds, None when nothing is ready), and
-    live_workers (registered live workers claiming from it, sql/queue_live_workers.sql). A queue of
-    `queues` without jobs has a row of zeros."""
+    live_workers (registered live workers claiming from it, sql/queue_live_workers.sql), and
+    unknown_kinds ({kind: queued jobs} that no live worker of the queue knows, as `queue_stats` has
+    them). A queue of `queues` without jobs has a row of zeros."""
     queue_list = _text_list("queues", queues)
 
     def steps() -> Steps[list[dict[str, Any]]]:
@@ -366,6 +374,9 @@ def queue_backlog(queues: Sequence[str] | None) -> Operation[list[dict[str, Any]
         live = yield Stmt("queue_live_workers", {"queues": sorted(rows)})
         for row in live:
             rows[row["queue"]]["live_workers"] = int(row["live_workers"])
+        unknown = yield from _unknown_kinds()
+        for name, row in rows.items():
+            row["unknown_kinds"] = unknown.get(name, {})
         return [rows[name] for name in sorted(rows)]
 
     return Operation("queue_backlog", steps, retry_safe=True)

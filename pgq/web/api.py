@@ -71,7 +71,7 @@ class Api:
             "name": q.name, "paused": q.paused, "paused_at": q.paused_at, "paused_by": q.paused_by,
             "waiting": q.waiting, "ready": q.ready, "scheduled": q.scheduled, "running": q.running,
             "expired_leases": q.expired_leases, "retrying": q.retrying, "unknown_kind": q.unknown_kind,
-            "workers": q.workers,
+            "unknown_kinds": q.unknown_kinds, "workers": q.workers,
             "oldest_ready_age_s": q.oldest_ready_age_s, "next_run_at": q.next_run_at,
             "last_hour": {"succeeded": q.succeeded, "failed": q.failed, "cancelled": q.cancelled,
                           "finished_per_minute": q.per_minute, "failed_per_minute": q.failed_per_minute,

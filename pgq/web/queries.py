@@ -169,6 +169,9 @@ class QueueSummary:
     retrying: int = 0
     unknown_kind: int = 0
     """Of the retrying jobs, those a worker handed back because its app has no task of their kind."""
+    unknown_kinds: dict[str, int] = field(default_factory=dict)
+    """Queued jobs per kind that no live worker of the queue knows (and those handed back for their
+    kind): they wait, untouched, for a worker whose app has the task (sql/queue_unknown_kinds.sql)."""
     workers: int = 0
     oldest_ready_age_s: float | None = None
     next_run_at: dt.datetime | None = None
@@ -347,7 +350,8 @@ def _counted(now: dt.datetime, window: ChartRange, state: _CountsState, cap: int
 
 def overview(finished_cap: int = FINISHED_CAP, chart_range: str = "1h") -> _ops.Operation[Overview]:
     """The overview: per queue its backlog, workers, pause state, last hour and last day (sql/dashboard_queues.sql,
-    sql/dashboard_finished_counts.sql), the hour's throughput chart (and the chart of `chart_range`, one
+    sql/dashboard_finished_counts.sql), the kinds no live worker of it knows (sql/queue_unknown_kinds.sql),
+    the hour's throughput chart (and the chart of `chart_range`, one
     of RANGES), the number of busy workers, the rights. Counts of finished jobs are exact: from
     pgq.finished_counts for the minutes it holds, from the jobs for the newer ones (at most
     `finished_cap` of them: `Throughput.capped`)."""
@@ -364,6 +368,8 @@ def overview(finished_cap: int = FINISHED_CAP, chart_range: str = "1h") -> _ops.
             summary.oldest_ready_age_s = row["oldest_ready_age_s"]
             summary.next_run_at = row["next_run_at"]
             summary.paused, summary.paused_at, summary.paused_by = row["paused"], row["paused_at"], row["paused_by"]
+        for row in (yield _ops.Stmt("queue_unknown_kinds", {})):
+            _queue(by_name, row["queue"]).unknown_kinds[row["kind"]] = int(row["jobs"])
         state = yield from _counts_state()
         hour = yield from _counted(now, RANGES["1h"], state, finished_cap)
         throughput = hour.throughput

@@ -83,6 +83,13 @@ DECLARE
     b_before    integer;            -- reservations before the second scan of (a)
     solo        boolean := false;   -- the claim runs alone in its one queue (revision 0024, see there)
     q_key       bigint;             -- a queue's claim key (revision 0024)
+    c_n         integer;            -- rows per kind a claim naming its kinds reads (revision 0027)
+    c_more      boolean := false;   -- and a kind had more: read the priority again
+    c_ids       bigint[];           -- those rows in claim order
+    c_tids      tid[];
+    c_run       timestamptz[];
+    c_att       integer[];
+    c_busy      boolean[];
 BEGIN
     IF lim IS NULL OR lim < 1 THEN
         RAISE EXCEPTION 'pgq.claim: lim must be >= 1, got %', coalesce(lim::text, 'NULL')
@@ -102,6 +109,12 @@ BEGIN
         IF scope IS NOT NULL THEN
             queues := ARRAY(SELECT g.name FROM unnest(coalesce(queues, scope)) AS g(name) WHERE g.name = ANY(scope));
         END IF;
+    END IF;
+
+    -- The kinds asked for, each once (revision 0027: (a) reads each kind's rows on its own).
+    -- (One kind that is not NULL, the common case, is taken as it is: no statement.)
+    IF kinds IS NOT NULL AND (cardinality(kinds) <> 1 OR kinds[1] IS NULL) THEN
+        kinds := ARRAY(SELECT DISTINCT k.kind FROM unnest(kinds) AS k(kind) WHERE k.kind IS NOT NULL ORDER BY k.kind);
     END IF;
 
     -- The queues: the given ones, or every queue with queued jobs (a loose index scan of
@@ -207,26 +220,60 @@ BEGIN
         -- two scans below, each bounded by the due jobs of that priority.
         q_left := lim - taken;
         prio := NULL;
-        WHILE q_left > 0 LOOP
-            SELECT j.priority INTO prio FROM pgq.jobs j
-            WHERE j.status = 'queued' AND j.queue = q AND j.limited = false
-              AND j.priority > coalesce(prio, -32769)
-            ORDER BY j.queue, j.limited, j.priority
-            LIMIT 1;
-            EXIT WHEN NOT FOUND;
-            IF solo THEN
-                -- Alone in the queue (revision 0024): its due rows of this priority, locked in
-                -- claim order (a row a producer or an operator holds is skipped) and taken in the
-                -- same statement, where they are (they cannot move: this transaction holds them).
-                -- No reservation, and none of the limited path: no limit is in play.
+        IF solo THEN
+            -- Alone in the queue (revision 0024): per priority with due jobs of the kinds asked for,
+            -- one statement reads the rows (any kind when `kinds` is NULL, through jobs_claim_idx;
+            -- else each kind's head through jobs_claim_kind_idx, merged in claim order: revision
+            -- 0027), then locks and takes them where they are: no reservation, and none of the
+            -- limited path (no limit is in play). A row a producer or an operator holds is skipped,
+            -- and one that changed since it was read is left for the next claim.
+            WHILE q_left > 0 LOOP
+                IF kinds IS NULL THEN
+                    SELECT j.priority INTO prio FROM pgq.jobs j
+                    WHERE j.status = 'queued' AND j.queue = q AND j.limited = false
+                      AND j.priority > coalesce(prio, -32769)
+                    ORDER BY j.queue, j.limited, j.priority
+                    LIMIT 1;
+                ELSIF cardinality(kinds) = 1 THEN
+                    SELECT j.priority INTO prio FROM pgq.jobs j
+                    WHERE j.status = 'queued' AND j.queue = q AND j.limited IS NOT TRUE AND j.kind = kinds[1]
+                      AND j.priority > coalesce(prio, -32769)
+                    ORDER BY j.queue, j.kind, j.priority
+                    LIMIT 1;
+                ELSE
+                    SELECT min(x.priority) INTO prio
+                    FROM unnest(kinds) AS k(kind)
+                    CROSS JOIN LATERAL (
+                        SELECT j.priority FROM pgq.jobs j
+                        WHERE j.status = 'queued' AND j.queue = q AND j.limited IS NOT TRUE AND j.kind = k.kind
+                          AND j.priority > coalesce(prio, -32769)
+                        ORDER BY j.queue, j.kind, j.priority
+                        LIMIT 1) x;
+                END IF;
+                EXIT WHEN prio IS NULL;
                 RETURN QUERY
                 WITH picked AS (
-                    SELECT j.ctid AS tid
-                    FROM pgq.jobs j
-                    WHERE j.status = 'queued' AND j.queue = q AND j.limited = false AND j.priority = prio
-                      AND j.run_at <= now() AND (kinds IS NULL OR j.kind = ANY(kinds))
-                    ORDER BY j.priority, j.run_at, j.id
-                    LIMIT q_left
+                    SELECT x.ctid AS tid
+                    FROM pgq.jobs x
+                    WHERE x.ctid = ANY(ARRAY(
+                              (SELECT j.ctid FROM pgq.jobs j
+                               WHERE kinds IS NULL AND j.status = 'queued' AND j.queue = q AND j.limited = false
+                                 AND j.priority = prio AND j.run_at <= now()
+                               ORDER BY j.priority, j.run_at, j.id
+                               LIMIT q_left)
+                              UNION ALL
+                              (SELECT y.ctid
+                               FROM unnest(kinds) AS k(kind)
+                               CROSS JOIN LATERAL (
+                                   SELECT j.ctid, j.run_at, j.id FROM pgq.jobs j
+                                   WHERE j.status = 'queued' AND j.queue = q AND j.limited IS NOT TRUE
+                                     AND j.kind = k.kind AND j.priority = prio AND j.run_at <= now()
+                                   ORDER BY j.queue, j.kind, j.priority, j.run_at, j.id
+                                   LIMIT q_left) y
+                               ORDER BY y.run_at, y.id
+                               LIMIT q_left)))
+                      AND x.status = 'queued'
+                    ORDER BY x.run_at, x.id
                     FOR NO KEY UPDATE SKIP LOCKED
                 ),
                 claimed AS (
@@ -254,55 +301,199 @@ BEGIN
                 ORDER BY c.run_at, c.id;
                 GET DIAGNOSTICS got = ROW_COUNT;
                 q_left := q_left - got;
-                CONTINUE;
-            END IF;
-            SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}'),
-                   count(*), (array_agg(r.id ORDER BY r.run_at, r.id))[1],
-                   (SELECT h.id FROM pgq.jobs h
-                    WHERE h.status = 'queued' AND h.queue = q AND h.limited = false AND h.priority = prio
-                      AND h.run_at <= now() AND (kinds IS NULL OR h.kind = ANY(kinds))
-                    ORDER BY h.priority, h.run_at, h.id
-                    LIMIT 1)
-            INTO found_ids, found_tids, a_got, a_first, a_head
-            FROM (SELECT c.id, c.ctid, c.run_at
-                  FROM (SELECT j.id, j.ctid, j.run_at, j.attempts,
-                               j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy
-                        FROM pgq.jobs j
-                        WHERE j.status = 'queued' AND j.queue = q AND j.limited = false AND j.priority = prio
-                          AND j.run_at <= now() AND (kinds IS NULL OR j.kind = ANY(kinds))
-                        ORDER BY j.priority, j.run_at, j.id
-                        OFFSET 0) c  -- keeps the reservation below out of the scan's filter
-                  WHERE NOT c.busy AND c.id <> ALL(tried)
-                    AND pg_try_advisory_xact_lock(pgq.claim_key(salt, c.id, c.attempts, c.run_at))
-                  LIMIT q_left) r;
-            q_left := q_left - a_got;
-            IF q_left > 0 THEN
-                b_examine := NULL;  -- short: every busy row of the priority
-                b_cap := NULL;
-            ELSIF a_first IS DISTINCT FROM a_head THEN
-                b_examine := a_got;
-                b_cap := 2;
-            ELSE
-                CONTINUE;
-            END IF;
-            b_before := cardinality(found_ids);
-            SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}')
-            INTO found_ids, found_tids
-            FROM (SELECT c.id, c.ctid
-                  FROM (SELECT x.id, x.ctid, x.attempts, x.run_at
-                        FROM (SELECT j.id, j.ctid, j.run_at, j.attempts,
-                                     j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy
-                              FROM pgq.jobs j
-                              WHERE j.status = 'queued' AND j.queue = q AND j.limited = false AND j.priority = prio
-                                AND j.run_at <= now() AND (kinds IS NULL OR j.kind = ANY(kinds))
-                              ORDER BY j.priority, j.run_at, j.id
-                              LIMIT b_examine) x
-                        WHERE x.busy AND x.id <> ALL(tried) AND x.id <> ALL(found_ids)
-                        ORDER BY x.run_at, x.id
-                        LIMIT b_cap) c
-                  WHERE pg_try_advisory_xact_lock(pgq.claim_key(salt, c.id, c.attempts, c.run_at))) r;
-            q_left := q_left - (cardinality(found_ids) - b_before);
-        END LOOP;
+            END LOOP;
+        ELSIF kinds IS NULL THEN
+            WHILE q_left > 0 LOOP
+                SELECT j.priority INTO prio FROM pgq.jobs j
+                WHERE j.status = 'queued' AND j.queue = q AND j.limited = false
+                  AND j.priority > coalesce(prio, -32769)
+                ORDER BY j.queue, j.limited, j.priority
+                LIMIT 1;
+                EXIT WHEN NOT FOUND;
+                SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}'),
+                       count(*), (array_agg(r.id ORDER BY r.run_at, r.id))[1],
+                       (SELECT h.id FROM pgq.jobs h
+                        WHERE h.status = 'queued' AND h.queue = q AND h.limited = false AND h.priority = prio
+                          AND h.run_at <= now()
+                        ORDER BY h.priority, h.run_at, h.id
+                        LIMIT 1)
+                INTO found_ids, found_tids, a_got, a_first, a_head
+                FROM (SELECT c.id, c.ctid, c.run_at
+                      FROM (SELECT j.id, j.ctid, j.run_at, j.attempts,
+                                   j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy
+                            FROM pgq.jobs j
+                            WHERE j.status = 'queued' AND j.queue = q AND j.limited = false AND j.priority = prio
+                              AND j.run_at <= now()
+                            ORDER BY j.priority, j.run_at, j.id
+                            OFFSET 0) c  -- keeps the reservation below out of the scan's filter
+                      WHERE NOT c.busy AND c.id <> ALL(tried)
+                        AND pg_try_advisory_xact_lock(pgq.claim_key(salt, c.id, c.attempts, c.run_at))
+                      LIMIT q_left) r;
+                q_left := q_left - a_got;
+                IF q_left > 0 THEN
+                    b_examine := NULL;  -- short: every busy row of the priority
+                    b_cap := NULL;
+                ELSIF a_first IS DISTINCT FROM a_head THEN
+                    b_examine := a_got;
+                    b_cap := 2;
+                ELSE
+                    CONTINUE;
+                END IF;
+                b_before := cardinality(found_ids);
+                SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}')
+                INTO found_ids, found_tids
+                FROM (SELECT c.id, c.ctid
+                      FROM (SELECT x.id, x.ctid, x.attempts, x.run_at
+                            FROM (SELECT j.id, j.ctid, j.run_at, j.attempts,
+                                         j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy
+                                  FROM pgq.jobs j
+                                  WHERE j.status = 'queued' AND j.queue = q AND j.limited = false AND j.priority = prio
+                                    AND j.run_at <= now()
+                                  ORDER BY j.priority, j.run_at, j.id
+                                  LIMIT b_examine) x
+                            WHERE x.busy AND x.id <> ALL(tried) AND x.id <> ALL(found_ids)
+                            ORDER BY x.run_at, x.id
+                            LIMIT b_cap) c
+                      WHERE pg_try_advisory_xact_lock(pgq.claim_key(salt, c.id, c.attempts, c.run_at))) r;
+                q_left := q_left - (cardinality(found_ids) - b_before);
+            END LOOP;
+        ELSIF cardinality(kinds) = 1 THEN
+            -- Revision 0027: a claim of one kind (the benchmark's worker, an app with one task) runs
+            -- the scans above through jobs_claim_kind_idx (queue, kind, priority, run_at, id;
+            -- unlimited rows), in the same order: no row of another kind is read.
+            WHILE q_left > 0 LOOP
+                SELECT j.priority INTO prio FROM pgq.jobs j
+                WHERE j.status = 'queued' AND j.queue = q AND j.limited IS NOT TRUE AND j.kind = kinds[1]
+                  AND j.priority > coalesce(prio, -32769)
+                ORDER BY j.queue, j.kind, j.priority
+                LIMIT 1;
+                EXIT WHEN NOT FOUND;
+                SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}'),
+                       count(*), (array_agg(r.id ORDER BY r.run_at, r.id))[1],
+                       (SELECT h.id FROM pgq.jobs h
+                        WHERE h.status = 'queued' AND h.queue = q AND h.limited IS NOT TRUE AND h.kind = kinds[1] AND h.priority = prio
+                          AND h.run_at <= now()
+                        ORDER BY h.queue, h.kind, h.priority, h.run_at, h.id
+                        LIMIT 1)
+                INTO found_ids, found_tids, a_got, a_first, a_head
+                FROM (SELECT c.id, c.ctid, c.run_at
+                      FROM (SELECT j.id, j.ctid, j.run_at, j.attempts,
+                                   j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy
+                            FROM pgq.jobs j
+                            WHERE j.status = 'queued' AND j.queue = q AND j.limited IS NOT TRUE AND j.kind = kinds[1] AND j.priority = prio
+                              AND j.run_at <= now()
+                            ORDER BY j.queue, j.kind, j.priority, j.run_at, j.id
+                            OFFSET 0) c  -- keeps the reservation below out of the scan's filter
+                      WHERE NOT c.busy AND c.id <> ALL(tried)
+                        AND pg_try_advisory_xact_lock(pgq.claim_key(salt, c.id, c.attempts, c.run_at))
+                      LIMIT q_left) r;
+                q_left := q_left - a_got;
+                IF q_left > 0 THEN
+                    b_examine := NULL;  -- short: every busy row of the priority
+                    b_cap := NULL;
+                ELSIF a_first IS DISTINCT FROM a_head THEN
+                    b_examine := a_got;
+                    b_cap := 2;
+                ELSE
+                    CONTINUE;
+                END IF;
+                b_before := cardinality(found_ids);
+                SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}')
+                INTO found_ids, found_tids
+                FROM (SELECT c.id, c.ctid
+                      FROM (SELECT x.id, x.ctid, x.attempts, x.run_at
+                            FROM (SELECT j.id, j.ctid, j.run_at, j.attempts,
+                                         j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy
+                                  FROM pgq.jobs j
+                                  WHERE j.status = 'queued' AND j.queue = q AND j.limited IS NOT TRUE AND j.kind = kinds[1] AND j.priority = prio
+                                    AND j.run_at <= now()
+                                  ORDER BY j.queue, j.kind, j.priority, j.run_at, j.id
+                                  LIMIT b_examine) x
+                            WHERE x.busy AND x.id <> ALL(tried) AND x.id <> ALL(found_ids)
+                            ORDER BY x.run_at, x.id
+                            LIMIT b_cap) c
+                      WHERE pg_try_advisory_xact_lock(pgq.claim_key(salt, c.id, c.attempts, c.run_at))) r;
+                q_left := q_left - (cardinality(found_ids) - b_before);
+            END LOOP;
+        ELSE
+            -- Revision 0027: a claim that names several kinds reads only their rows,
+            -- through jobs_claim_kind_idx (queue, kind, priority, run_at, id; unlimited rows, whose condition
+            -- `limited IS NOT TRUE` only that index fits, see revision 0027): jobs of
+            -- other kinds, however many and wherever they sort, are never read. Per priority with
+            -- queued jobs of those kinds (one probe per kind), each kind's first c_n due rows, merged in
+            -- claim order (c_*); then the two scans below, over those candidates. When the claim comes
+            -- back short and a kind had more rows than it read, the same priority again with four
+            -- times as many (busy rows: other claimers at the head). Cost: kinds x (probe + batch).
+            c_n := 2 * q_left + 8;
+            WHILE q_left > 0 LOOP
+                IF NOT c_more THEN
+                    SELECT min(x.priority) INTO prio
+                    FROM unnest(kinds) AS k(kind)
+                    CROSS JOIN LATERAL (
+                        SELECT j.priority FROM pgq.jobs j
+                        WHERE j.status = 'queued' AND j.queue = q AND j.limited IS NOT TRUE AND j.kind = k.kind
+                          AND j.priority > coalesce(prio, -32769)
+                        ORDER BY j.queue, j.kind, j.priority
+                        LIMIT 1) x;
+                    EXIT WHEN prio IS NULL;
+                END IF;
+                SELECT coalesce(array_agg(m.id ORDER BY m.run_at, m.id), '{}'),
+                       coalesce(array_agg(m.ctid ORDER BY m.run_at, m.id), '{}'),
+                       coalesce(array_agg(m.run_at ORDER BY m.run_at, m.id), '{}'),
+                       coalesce(array_agg(m.attempts ORDER BY m.run_at, m.id), '{}'),
+                       coalesce(array_agg(m.busy ORDER BY m.run_at, m.id), '{}'),
+                       coalesce(max(m.n) >= c_n, false)
+                INTO c_ids, c_tids, c_run, c_att, c_busy, c_more
+                FROM unnest(kinds) AS k(kind)
+                CROSS JOIN LATERAL (
+                    SELECT j.id, j.ctid, j.run_at, j.attempts,
+                           j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy,
+                           row_number() OVER () AS n
+                    FROM (SELECT j.id, j.ctid, j.run_at, j.attempts, j.xmax
+                          FROM pgq.jobs j
+                          WHERE j.status = 'queued' AND j.queue = q AND j.limited IS NOT TRUE AND j.kind = k.kind
+                            AND j.priority = prio AND j.run_at <= now()
+                          ORDER BY j.queue, j.kind, j.priority, j.run_at, j.id
+                          LIMIT c_n) j) m;
+                SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.tid), '{}'),
+                       count(*), (array_agg(r.id ORDER BY r.ord))[1]
+                INTO found_ids, found_tids, a_got, a_first
+                FROM (SELECT c.id, c.tid, c.ord
+                      FROM unnest(c_ids, c_tids, c_run, c_att, c_busy) WITH ORDINALITY AS c(id, tid, run_at, attempts, busy, ord)
+                      WHERE NOT c.busy AND c.id <> ALL(tried) AND c.id <> ALL(found_ids)
+                        AND pg_try_advisory_xact_lock(pgq.claim_key(salt, c.id, c.attempts, c.run_at))
+                      LIMIT q_left) r;
+                q_left := q_left - a_got;
+                IF q_left > 0 THEN
+                    b_examine := NULL;  -- short: every busy candidate
+                    b_cap := NULL;
+                ELSIF a_first IS DISTINCT FROM c_ids[1] THEN
+                    b_examine := a_got;
+                    b_cap := 2;
+                ELSE
+                    c_more := false;
+                    CONTINUE;
+                END IF;
+                b_before := cardinality(found_ids);
+                SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.tid), '{}')
+                INTO found_ids, found_tids
+                FROM (SELECT c.id, c.tid
+                      FROM (SELECT c.id, c.tid, c.run_at, c.attempts
+                            FROM unnest(c_ids, c_tids, c_run, c_att, c_busy) WITH ORDINALITY AS c(id, tid, run_at, attempts, busy, ord)
+                            WHERE c.ord <= coalesce(b_examine, c_n * cardinality(kinds))
+                              AND c.busy AND c.id <> ALL(tried) AND c.id <> ALL(found_ids)
+                            ORDER BY c.ord
+                            LIMIT b_cap) c
+                      WHERE pg_try_advisory_xact_lock(pgq.claim_key(salt, c.id, c.attempts, c.run_at))) r;
+                q_left := q_left - (cardinality(found_ids) - b_before);
+                IF q_left > 0 AND c_more THEN
+                    c_n := c_n * 4;
+                ELSE
+                    c_more := false;
+                END IF;
+            END LOOP;
+            c_more := false;
+        END IF;
     END LOOP;
     IF solo THEN
         RETURN;  -- the lone claim took its rows above, priority by priority

@@ -154,10 +154,11 @@ blockers AS (
     FROM active a WHERE NOT EXISTS (SELECT 1 FROM serving)
     UNION ALL
     SELECT 12, 'unknown_kind',
-           format('no live worker claiming from queue %s knows kind %s (workers there: %s)', a.queue, a.kind,
-                  (SELECT string_agg(s.claimed_by, ', ' ORDER BY s.claimed_by) FROM serving s)),
+           format('no live worker claiming from queue %s knows kind %s (workers there: %s); the job waits, '
+                  'untouched, and runs when a worker whose app has the task starts', a.queue, a.kind,
+                  (SELECT string_agg(DISTINCT s.claimed_by, ', ' ORDER BY s.claimed_by) FROM serving s)),
            jsonb_build_object('queue', a.queue, 'kind', a.kind,
-                              'workers', (SELECT jsonb_agg(s.claimed_by ORDER BY s.claimed_by) FROM serving s))
+                              'workers', (SELECT jsonb_agg(DISTINCT s.claimed_by ORDER BY s.claimed_by) FROM serving s))
     FROM active a
     WHERE EXISTS (SELECT 1 FROM serving) AND NOT EXISTS (SELECT 1 FROM serving s WHERE a.kind = ANY(s.kinds))
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import re
 
+import psycopg
 import pytest
 
 import pgq
@@ -47,6 +48,24 @@ def test_overview_counts_jobs_handed_back_for_an_unknown_kind(dashboard: Client,
     assert row is not None
     retrying = re.search(r'data-col="retrying">(.*?)</td>', row.group(0), flags=re.DOTALL)
     assert retrying is not None and retrying.group(1).startswith("3 ") and "2 unknown kind" in retrying.group(1)
+
+
+def test_overview_names_kinds_no_live_worker_knows(dashboard: Client, pgq_queue: Queue, pgq_dsn: str) -> None:
+    """Issue #42: jobs of kinds no live worker of their queue knows are counted and named beside the
+    queue's ready jobs (and in /api/queues); kinds a live worker knows are not."""
+    pgq_queue.enqueue_many([{"kind": "resize", "queue": "img"}] * 3 + [{"kind": "crop", "queue": "img"}]
+                           + [{"kind": "thumb", "queue": "img"}])
+    with psycopg.connect(pgq_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO pgq.workers (claimed_by, host, pid, queues, kinds, slots, lease_s, refresh_s, "
+                     "version) VALUES ('w1', 'h', 1, ARRAY['img'], ARRAY['thumb'], 1, 60, 60, 'test')")
+    client = dashboard()
+    row = re.search(r'<tr data-queue="img">.*?</tr>', client.get("/").text, flags=re.DOTALL)
+    assert row is not None
+    ready = re.search(r'data-col="ready">(.*?)</td>', row.group(0), flags=re.DOTALL)
+    assert ready is not None and ready.group(1).startswith("5 ")
+    assert "4 of unknown kinds: crop, resize" in ready.group(1) and "crop (1), resize (3)" in ready.group(1)
+    [img] = [q for q in client.get("/api/queues").json()["queues"] if q["name"] == "img"]
+    assert img["unknown_kinds"] == {"crop": 1, "resize": 3}
 
 
 def test_jobs_page_keeps_its_filters_and_links_the_next_page(dashboard: Client, pgq_queue: Queue) -> None:

@@ -168,15 +168,22 @@ def test_worker_serves_prometheus_metrics_of_real_jobs(tmp_path: Path, pgq_dsn: 
         assert families["pgq_worker_concurrency"].value() == 4
         [(_, info)] = families["pgq_worker_info"].samples
         assert dict(info)["worker"] == "metrics-test" and dict(info)["queues"] == "obs"
-        # Gauges from the database (cached up to 5 s: poll until they show the final state).
+        # Gauges from the database (cached up to 5 s: poll until they show the final state). A job of a
+        # kind the worker's app has no task for waits, untouched, and is counted (issue #42).
+        unknown_id = pgq_queue.enqueue("obs.nobody", queue="obs")
         families = wait_for(families_when(port, lambda f: f["pgq_queue_jobs"].samples.get(
             ("pgq_queue_jobs", (("queue", "obs"), ("state", "running")))) == 0 and f[
-            "pgq_queue_live_workers"].samples.get(("pgq_queue_live_workers", (("queue", "obs"),))) == 1),
+            "pgq_queue_live_workers"].samples.get(("pgq_queue_live_workers", (("queue", "obs"),))) == 1 and f[
+            "pgq_queue_unknown_kind_jobs"].samples.get(
+                ("pgq_queue_unknown_kind_jobs", (("kind", "obs.nobody"), ("queue", "obs")))) == 1),
             15, "running = 0", proc)
+        assert families["pgq_queue_unknown_kind_jobs"].value(queue="obs", kind="obs.nobody") == 1
+        assert (job := pgq_queue.get(unknown_id)) is not None and job.status is JobStatus.QUEUED
+        assert job.attempts == 0
         jobs = families["pgq_queue_jobs"]
         assert jobs.value(queue="obs", state="scheduled") == 1
-        assert jobs.value(queue="obs", state="ready") == 0
-        assert families["pgq_queue_oldest_ready_age_seconds"].value(queue="obs") == 0
+        assert jobs.value(queue="obs", state="ready") == 1  # the unknown kind's, waiting
+        assert 0 <= families["pgq_queue_oldest_ready_age_seconds"].value(queue="obs") < 60
         assert families["pgq_queue_expired_leases"].value(queue="obs") == 0
         assert families["pgq_queue_live_workers"].value(queue="obs") == 1  # itself, from the registry
         assert families["pgq_queue_stats_up"].value() == 1

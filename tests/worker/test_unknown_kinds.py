@@ -107,3 +107,82 @@ def test_unknown_kind_delay_doubles_once_per_round_up_to_its_cap_per_kind() -> N
     assert [delay("resize", t) for t in (1090.0, 1210.0, 1450.0, 1750.0, 2050.0)] == [120.0, 240.0, 300.0, 300.0,
                                                                                       300.0]
     assert delay("crop", 1031.0) == 60.0
+
+
+def test_a_worker_restarted_with_the_task_runs_unknown_jobs_of_every_queue_once(pgq_dsn: str, db: DB) -> None:
+    """Unknown kinds in the same queue and in another queue the worker serves, at a better priority
+    than its known jobs: the known ones run, the others stay untouched and are explained as
+    unknown_kind in both queues. Stopped and started again with the tasks added (the worker learns
+    the kinds), it runs each of them once; nothing is left counted."""
+    before_deploy = pgq.App(pgq_dsn)
+    after_deploy = pgq.App(pgq_dsn)
+    ran: list[str] = []
+    for app in (before_deploy, after_deploy):
+        @app.task(name="ping")
+        def ping() -> None:
+            ran.append("ping")
+
+        @app.task(name="pong", queue="other")
+        def pong() -> None:
+            ran.append("pong")
+
+    @after_deploy.task(name="resize")
+    def resize() -> None:
+        ran.append("resize")
+
+    @after_deploy.task(name="crop", queue="other")
+    def crop() -> None:
+        ran.append("crop")
+
+    async def main() -> None:
+        async with AsyncQueue(pgq_dsn) as queue:
+            unknown = await queue.enqueue_many([pgq.JobSpec("resize", priority=0) for _ in range(300)]
+                                               + [pgq.JobSpec("crop", queue="other", priority=0) for _ in range(300)])
+            rows = db.rows("SELECT id, xmin::text AS xmin, status::text AS status, attempts FROM pgq.jobs "
+                           "WHERE kind IN ('resize', 'crop') ORDER BY id")
+            await queue.enqueue("ping", priority=5)
+            await queue.enqueue("pong", queue="other", priority=5)
+            worker = pgq.Worker(before_deploy, lease=5.0, poll_interval=0.1, queues=["default", "other"])
+            run = asyncio.create_task(worker.run_async())
+            try:
+                async def known_ran() -> bool:
+                    assert not run.done()
+                    return sorted(ran) == ["ping", "pong"]
+
+                await async_wait_for(known_ran, 15, "the known jobs to run")
+
+                async def counted() -> bool:
+                    stats = {r["queue"]: r["unknown_kinds"] for r in await queue.stats()}
+                    return stats == {"default": {"resize": 300}, "other": {"crop": 300}}
+
+                await async_wait_for(counted, 15, "pgq status to count both queues' unknown kinds")
+                for job_id in (unknown[0], unknown[-1]):
+                    explained = await queue.explain(job_id)
+                    assert explained.codes == ("unknown_kind",)
+                    reason = explained.reason("unknown_kind")
+                    assert reason is not None and "runs when a worker whose app has the task starts" in reason.detail
+                    assert reason.facts["kind"] in ("resize", "crop") and reason.facts["workers"] == [worker.name]
+                await asyncio.sleep(0.5)
+                assert db.rows("SELECT id, xmin::text AS xmin, status::text AS status, attempts FROM pgq.jobs "
+                               "WHERE kind IN ('resize', 'crop') ORDER BY id") == rows
+            finally:
+                worker.stop()
+                await asyncio.wait_for(run, 20)
+
+            worker = pgq.Worker(after_deploy, lease=5.0, poll_interval=0.1, queues=["default", "other"])
+            run = asyncio.create_task(worker.run_async())
+            try:
+                async def all_ran() -> bool:
+                    assert not run.done()
+                    return bool(db.status_counts("resize") == {"succeeded": 300}
+                                and db.status_counts("crop") == {"succeeded": 300})
+
+                await async_wait_for(all_ran, 60, "the restarted worker to run every unknown job")
+                assert [r["unknown_kinds"] for r in await queue.stats()] == [{}, {}]
+            finally:
+                worker.stop()
+                await asyncio.wait_for(run, 20)
+
+    asyncio.run(main())
+    assert sorted(ran) == sorted(["ping", "pong"] + ["resize"] * 300 + ["crop"] * 300)
+    assert db.rows("SELECT DISTINCT attempts FROM pgq.jobs WHERE kind IN ('resize', 'crop')") == [{"attempts": 1}]
