@@ -188,13 +188,20 @@ class FaultProxy:
         self._call(refuse)
 
     def close(self) -> None:
-        """Stop listening, cut everything, and end every task of the proxy's loop before stopping it: a
-        connection accepted just before (its `_accept` task created, never started) otherwise left a
-        "coroutine 'FaultProxy._accept' was never awaited" warning after pytest's summary."""
+        """Stop listening, cut everything, and let every task of the proxy's loop end before stopping it:
+        a connection accepted just before (its `_accept` task created, not started) otherwise left
+        "coroutine ... was never awaited" warnings after pytest's summary. New connections are refused
+        at once meanwhile, and cut ones end their pumps; what is left after a second is cancelled."""
         async def shutdown() -> None:
             self._server.close()
-            self._cut()
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            self._refusing = True
+            tasks: list[asyncio.Task[Any]] = []
+            for _ in range(20):
+                self._cut()
+                tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+                if not tasks:
+                    return
+                await asyncio.wait(tasks, timeout=0.05)
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -202,8 +209,6 @@ class FaultProxy:
         asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
-        if not self._thread.is_alive():
-            self._loop.close()
 
     # -- inside the proxy's loop
 

@@ -255,10 +255,11 @@ def _translate(exc: psycopg.Error) -> BaseException:
         if message:
             mapped = InvalidJob(message)
     elif isinstance(exc, pg_errors.ProgramLimitExceeded):
-        # A btree entry holds at most 2704 bytes (after compression): queue names and dedupe keys
-        # are indexed, so a huge one fails the statement, which wrote nothing.
+        # A btree entry holds at most 2704 bytes (after compression): queue names, kinds (revision
+        # 0027's jobs_claim_kind_idx) and dedupe keys are indexed, so a huge one fails the statement,
+        # which wrote nothing.
         mapped = InvalidJob(f"a value is too large for pgq's indexes ({exc.diag.message_primary}): keep queue "
-                            "names and dedupe keys under about 2 KB")
+                            "names, kinds and dedupe keys under about 2 KB")
     elif isinstance(exc, pg_errors.InvalidSqlStatementName | pg_errors.DuplicatePreparedStatement):
         # pgq never prepares by name itself: psycopg's automatic prepared statements met a pooler
         # that moves transactions between server connections.

@@ -165,7 +165,7 @@ BEGIN
     -- cannot get the shared key reserves all the same; a row the lone claim then takes first is
     -- lost to its reservation and reserved again, as with any other claim). The keys wait for
     -- nothing: each is tried once.
-    IF cardinality(wanted) = 1 AND cardinality(limited_kinds) = 0
+    IF cardinality(wanted) = 1 AND cardinality(limited_kinds) = 0 AND (kinds IS NULL OR cardinality(kinds) = 1)
        AND NOT EXISTS (SELECT 1 FROM pgq.jobs j
                        WHERE j.status = 'queued' AND j.limited AND j.queue = wanted[1]
                        ORDER BY j.queue, j.kind LIMIT 1) THEN
@@ -221,12 +221,12 @@ BEGIN
         q_left := lim - taken;
         prio := NULL;
         IF solo THEN
-            -- Alone in the queue (revision 0024): per priority with due jobs of the kinds asked for,
-            -- one statement reads the rows (any kind when `kinds` is NULL, through jobs_claim_idx;
-            -- else each kind's head through jobs_claim_kind_idx, merged in claim order: revision
-            -- 0027), then locks and takes them where they are: no reservation, and none of the
-            -- limited path (no limit is in play). A row a producer or an operator holds is skipped,
-            -- and one that changed since it was read is left for the next claim.
+            -- Alone in the queue (revision 0024), claiming any kind or one: per priority with due
+            -- jobs of that kind, one statement locks them in claim order (through jobs_claim_idx for
+            -- any kind, jobs_claim_kind_idx for one: revision 0027) and takes them where they are.
+            -- No reservation, and none of the limited path: no limit is in play. A row a producer or
+            -- an operator holds is skipped, and the next row counts in its place. (A claim of
+            -- several kinds reserves: it merges their rows, which one locked scan cannot.)
             WHILE q_left > 0 LOOP
                 IF kinds IS NULL THEN
                     SELECT j.priority INTO prio FROM pgq.jobs j
@@ -234,47 +234,31 @@ BEGIN
                       AND j.priority > coalesce(prio, -32769)
                     ORDER BY j.queue, j.limited, j.priority
                     LIMIT 1;
-                ELSIF cardinality(kinds) = 1 THEN
+                ELSE
                     SELECT j.priority INTO prio FROM pgq.jobs j
                     WHERE j.status = 'queued' AND j.queue = q AND j.limited IS NOT TRUE AND j.kind = kinds[1]
                       AND j.priority > coalesce(prio, -32769)
                     ORDER BY j.queue, j.kind, j.priority
                     LIMIT 1;
-                ELSE
-                    SELECT min(x.priority) INTO prio
-                    FROM unnest(kinds) AS k(kind)
-                    CROSS JOIN LATERAL (
-                        SELECT j.priority FROM pgq.jobs j
-                        WHERE j.status = 'queued' AND j.queue = q AND j.limited IS NOT TRUE AND j.kind = k.kind
-                          AND j.priority > coalesce(prio, -32769)
-                        ORDER BY j.queue, j.kind, j.priority
-                        LIMIT 1) x;
                 END IF;
-                EXIT WHEN prio IS NULL;
+                EXIT WHEN NOT FOUND;
                 RETURN QUERY
                 WITH picked AS (
-                    SELECT x.ctid AS tid
-                    FROM pgq.jobs x
-                    WHERE x.ctid = ANY(ARRAY(
-                              (SELECT j.ctid FROM pgq.jobs j
-                               WHERE kinds IS NULL AND j.status = 'queued' AND j.queue = q AND j.limited = false
-                                 AND j.priority = prio AND j.run_at <= now()
-                               ORDER BY j.priority, j.run_at, j.id
-                               LIMIT q_left)
-                              UNION ALL
-                              (SELECT y.ctid
-                               FROM unnest(kinds) AS k(kind)
-                               CROSS JOIN LATERAL (
-                                   SELECT j.ctid, j.run_at, j.id FROM pgq.jobs j
-                                   WHERE j.status = 'queued' AND j.queue = q AND j.limited IS NOT TRUE
-                                     AND j.kind = k.kind AND j.priority = prio AND j.run_at <= now()
-                                   ORDER BY j.queue, j.kind, j.priority, j.run_at, j.id
-                                   LIMIT q_left) y
-                               ORDER BY y.run_at, y.id
-                               LIMIT q_left)))
-                      AND x.status = 'queued'
-                    ORDER BY x.run_at, x.id
-                    FOR NO KEY UPDATE SKIP LOCKED
+                    SELECT a.tid
+                    FROM (SELECT j.ctid AS tid FROM pgq.jobs j
+                          WHERE kinds IS NULL AND j.status = 'queued' AND j.queue = q AND j.limited = false
+                            AND j.priority = prio AND j.run_at <= now()
+                          ORDER BY j.priority, j.run_at, j.id
+                          LIMIT q_left
+                          FOR NO KEY UPDATE SKIP LOCKED) a
+                    UNION ALL
+                    SELECT b.tid
+                    FROM (SELECT j.ctid AS tid FROM pgq.jobs j
+                          WHERE kinds IS NOT NULL AND j.status = 'queued' AND j.queue = q AND j.limited IS NOT TRUE
+                            AND j.kind = kinds[1] AND j.priority = prio AND j.run_at <= now()
+                          ORDER BY j.queue, j.kind, j.priority, j.run_at, j.id
+                          LIMIT q_left
+                          FOR NO KEY UPDATE SKIP LOCKED) b
                 ),
                 claimed AS (
                     UPDATE pgq.jobs j

@@ -127,3 +127,16 @@ def test_a_claim_of_one_paused_queue_takes_nothing_until_it_is_resumed(pgq_queue
     assert _statement(pgq_dsn, ["q"], 10) == []
     pgq_queue.resume("q")
     assert _statement(pgq_dsn, ["q"], 10) == ids
+
+
+def test_a_lone_claim_skips_a_row_another_transaction_holds_and_takes_the_next(pgq_queue: Queue,
+                                                                              pgq_dsn: str) -> None:
+    """An operator's transaction holds the first job FOR UPDATE: a lone claim of one job, of any kind
+    and of its one kind, takes the next job in its place (the skipped row does not use up the batch)."""
+    ids = pgq_queue.enqueue_many([JobSpec("k", queue="q") for _ in range(3)])
+    with psycopg.connect(pgq_dsn) as operator:
+        operator.execute("SELECT 1 FROM pgq.jobs WHERE id = %s FOR UPDATE", (ids[0],))
+        assert _statement(pgq_dsn, ["q"], 1) == [ids[1]]
+        with psycopg.connect(pgq_dsn, autocommit=True) as conn:
+            rows = conn.execute("SELECT c.id FROM pgq.claim(ARRAY['q'], ARRAY['k'], 1, 60, 'one') AS c").fetchall()
+        assert [r[0] for r in rows] == [ids[2]]

@@ -109,14 +109,19 @@ def test_jsonb_loader_refuses_an_unknown_binary_format_and_matches_json_loads_er
             loader.load(bad)
 
 
-def test_ten_kilobytes_of_random_text_round_trip_where_nothing_indexes_them(pgq_queue: Queue) -> None:
+def test_ten_kilobytes_of_random_text_round_trip_where_nothing_indexes_them(pgq_queue: Queue, db: SQL) -> None:
     text = RANDOM_10KB
-    job_id = pgq_queue.enqueue(text, {text: text}, queue="q")
+    # A kind is indexed since revision 0027 (jobs_claim_kind_idx): one this long is refused, nothing written.
+    before = all_rows(db)
+    with pytest.raises(InvalidJob, match="keep queue names, kinds and dedupe keys under about 2 KB"):
+        pgq_queue.enqueue(text, {"n": 1}, queue="q")
+    assert all_rows(db) == before
+    job_id = pgq_queue.enqueue("k", {text: text}, queue="q")
     [claim] = pgq_queue.claim(worker=text, queues=["q"])
     pgq_queue.fail(claim, text, retry_in=0)
     job = pgq_queue.get(job_id)
     assert job is not None
-    assert (job.kind, job.payload, job.claimed_by, job.last_error) == (text, {text: text}, text, text)
+    assert (job.kind, job.payload, job.claimed_by, job.last_error) == ("k", {text: text}, text, text)
     [claim] = pgq_queue.claim(worker=text, queues=["q"])  # and a terminal failure, which is indexed too
     assert pgq_queue.fail(claim, text, final=True).status is JobStatus.FAILED
 
