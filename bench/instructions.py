@@ -14,9 +14,12 @@ database migrated by its own `pgq migrate` and --jobs queued jobs, then four ses
 1. two claims of --claim-batch (the warm-up: catalog caches, plans);
 2. the same two claims, then claims until the queue is empty;
 3. two completes of --complete-batch (the warm-up);
-4. the same two completes, then completes of every job claimed in 2.
+4. the same two completes, then completes of every job claimed in 2;
+5. two enqueues of --enqueue-batch jobs (the warm-up), in a queue of their own;
+6. the same two enqueues, then --jobs jobs more in batches of --enqueue-batch.
 
-Instructions per job: (2 - 1) and (4 - 3), divided by the jobs claimed after the warm-up. The counts
+Instructions per job: (2 - 1) and (4 - 3), divided by the jobs claimed after the warm-up, and (6 - 5)
+divided by --jobs. The counts
 repeat to within a few hundred instructions per job between runs, so one run per side is enough;
 the time a run takes (valgrind runs the server some 50 times slower) does not enter them. What they
 do not see: the client, the wait for locks and I/O, and other sessions (run W3 for those:
@@ -52,7 +55,18 @@ def claim():
 def complete(part):
     _ops.run_sync(conn, _ops.complete([(x, None, None) for x in part], raise_lost=False), own_transaction=True)
 import pickle
-if phase in ("claim-warm", "claim"):
+if phase in ("enqueue-warm", "enqueue"):
+    from pgq import JobSpec
+    def enqueue(n):
+        _ops.run_sync(conn, _ops.enqueue([JobSpec("bench", {"i": i}, queue="enq") for i in range(n)]),
+                      own_transaction=True)
+    e, jobs = int(os.environ["PGQ_INSTR_ENQUEUE"]), int(os.environ["PGQ_INSTR_JOBS"])
+    enqueue(e)
+    enqueue(e)
+    if phase == "enqueue":
+        for i in range(0, jobs, e):
+            enqueue(min(e, jobs - i))
+elif phase in ("claim-warm", "claim"):
     got = claim() + claim()
     if phase == "claim":
         warm = len(got)
@@ -165,15 +179,18 @@ class Cluster:
         self.proc.wait(60)
 
 
-def measure(cluster: Cluster, name: str, tree: Path, jobs: int, b: int, c: int, tmp: Path) -> tuple[float, float]:
-    """Instructions per job of claims and of completes for the pgq of `tree`."""
+def measure(cluster: Cluster, name: str, tree: Path, jobs: int, b: int, c: int, e: int, tmp: Path,
+            keep: Path | None = None, label: str = "") -> tuple[float, float, float]:
+    """Instructions per job of claims, of completes and of enqueues (batches of `e`, through
+    pgq._ops.enqueue, as Queue.enqueue_many sends them) for the pgq of `tree`; with `keep`, each
+    phase's callgrind file is copied there as LABEL-PHASE.cg (for callgrind_annotate)."""
     import psycopg
 
     db = f"instr_{name}"
     with psycopg.connect(cluster.dsn + "postgres", autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {db}")
         conn.execute(f"CREATE DATABASE {db}")
-    env = dict(os.environ, PYTHONPATH=str(tree))
+    env = dict(os.environ, PYTHONPATH=str(tree), PGQ_INSTR_ENQUEUE=str(e), PGQ_INSTR_JOBS=str(jobs))
     # Run from the tree: `python -m` puts the working directory first on sys.path.
     subprocess.run([sys.executable, "-m", "pgq", "migrate", "--dsn", cluster.dsn + db], env=env, cwd=tree,
                    check=True, stdout=subprocess.DEVNULL)
@@ -185,13 +202,16 @@ def measure(cluster: Cluster, name: str, tree: Path, jobs: int, b: int, c: int, 
     script.write_text(PHASES)
     counts: dict[str, int] = {}
     done = 0
-    for phase in ("claim-warm", "claim", "complete-warm", "complete"):
+    for phase in ("claim-warm", "claim", "complete-warm", "complete", "enqueue-warm", "enqueue"):
         out = subprocess.run([sys.executable, str(script), cluster.dsn + db, phase, str(b), str(c), str(state)],
                              env=env, check=True, capture_output=True, text=True).stdout.split()
         counts[phase] = cluster.instructions(int(out[0]))
+        if keep is not None:
+            shutil.copyfile(cluster.out / f"cg.{out[0]}", keep / f"{label or name}-{phase}.cg")
         if phase == "complete":
             done = int(out[1])
-    return ((counts["claim"] - counts["claim-warm"]) / done, (counts["complete"] - counts["complete-warm"]) / done)
+    return ((counts["claim"] - counts["claim-warm"]) / done, (counts["complete"] - counts["complete-warm"]) / done,
+            (counts["enqueue"] - counts["enqueue-warm"]) / jobs)
 
 
 def main() -> int:
@@ -204,10 +224,16 @@ def main() -> int:
                         "worker's batch in W3 on 2 cores)")
     parser.add_argument("--complete-batch", type=int, default=150, help="jobs per acknowledgement (default "
                         "150: the worker's batch in W3 on 2 cores)")
+    parser.add_argument("--enqueue-batch", type=int, default=1000, help="jobs per enqueue (default 1,000: "
+                        "the shared harness's W2 batch)")
     parser.add_argument("--bindir", help="PostgreSQL server binaries (default: pg_config --bindir)")
+    parser.add_argument("--keep", type=Path, help="copy each phase's callgrind file into this folder, as "
+                        "SIDE-PHASE.cg, to read with callgrind_annotate (where the instructions went)")
     opts = parser.parse_args()
-    if opts.jobs < 1 or opts.claim_batch < 1 or opts.complete_batch < 1:
+    if opts.jobs < 1 or opts.claim_batch < 1 or opts.complete_batch < 1 or opts.enqueue_batch < 1:
         parser.error("--jobs and the batches must be at least 1")
+    if opts.keep is not None:
+        opts.keep.mkdir(parents=True, exist_ok=True)
     if not shutil.which("valgrind"):
         parser.error("valgrind is not installed (Debian: apt-get install valgrind)")
     with tempfile.TemporaryDirectory(prefix="pgq-instructions-") as tmp_name:
@@ -218,16 +244,17 @@ def main() -> int:
         try:
             sides = {"HEAD": ROOT, opts.baseline: export_tree(opts.baseline, tmp)}
             print(f"instructions per job, {opts.jobs} jobs, claims of {opts.claim_batch}, acknowledgements of "
-                  f"{opts.complete_batch} ({bindir(opts.bindir)})")
-            results: dict[str, tuple[float, float]] = {}
+                  f"{opts.complete_batch}, enqueues of {opts.enqueue_batch} ({bindir(opts.bindir)})")
+            results: dict[str, tuple[float, float, float]] = {}
             for i, (name, tree) in enumerate(sides.items()):
-                results[name] = measure(cluster, f"s{i}", tree, opts.jobs, opts.claim_batch, opts.complete_batch, tmp)
-                claim, complete = results[name]
-                print(f"  {name:>10}: claim {claim:9,.0f}  complete {complete:9,.0f}  both {claim + complete:9,.0f}",
-                      flush=True)
-            (hc, hk), (bc, bk) = results["HEAD"], results[opts.baseline]
+                results[name] = measure(cluster, f"s{i}", tree, opts.jobs, opts.claim_batch, opts.complete_batch,
+                                        opts.enqueue_batch, tmp, opts.keep, name)
+                claim, complete, enqueue = results[name]
+                print(f"  {name:>10}: claim {claim:9,.0f}  complete {complete:9,.0f}  both {claim + complete:9,.0f}"
+                      f"  enqueue {enqueue:9,.0f}", flush=True)
+            (hc, hk, he), (bc, bk, be) = results["HEAD"], results[opts.baseline]
             print(f"  HEAD / {opts.baseline}: claim {hc / bc:.3f}  complete {hk / bk:.3f}  "
-                  f"both {(hc + hk) / (bc + bk):.3f}")
+                  f"both {(hc + hk) / (bc + bk):.3f}  enqueue {he / be:.3f}")
         finally:
             cluster.stop()
     return 0
