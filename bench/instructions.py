@@ -31,15 +31,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from private_cluster import ROOT, PrivateCluster, bindir, export_tree
 
 PHASES = r'''
 import os, sys
@@ -91,75 +89,17 @@ conn.close()
 '''
 
 
-def free_port() -> int:
-    """A TCP port nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def bindir(given: str | None) -> Path:
-    """The PostgreSQL server binaries: `given`, else `pg_config --bindir`, else the newest under
-    /usr/lib/postgresql."""
-    if given:
-        return Path(given)
-    if shutil.which("pg_config"):
-        out = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, check=False).stdout.strip()
-        if out and (Path(out) / "postgres").exists():
-            return Path(out)
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"), key=lambda p: int(p.parent.parent.name))
-    if not found:
-        raise SystemExit("no PostgreSQL server binaries found: pass --bindir")
-    return found[-1].parent
-
-
-def export_tree(rev: str, where: Path) -> Path:
-    """Write `rev`'s pgq, sql and alembic folders into a new folder under `where`; return it."""
-    tree = where / f"tree-{rev}"
-    tree.mkdir()
-    archive = where / f"{rev}.tar"
-    with archive.open("wb") as out:
-        subprocess.run(["git", "-C", str(ROOT), "archive", rev, "pgq", "sql", "alembic"], stdout=out, check=True)
-    with tarfile.open(archive) as tar:
-        tar.extractall(tree, filter="data")
-    return tree
-
-
-class Cluster:
+class Cluster(PrivateCluster):
     """A throwaway cluster whose server runs under callgrind; one output file per backend."""
 
     def __init__(self, bins: Path, where: Path) -> None:
-        self.bins, self.where = bins, where
-        self.data, self.out = where / "data", where / "cg"
+        self.out = where / "cg"
         self.out.mkdir()
-        self.port = free_port()
-        self.user = "postgres" if os.geteuid() == 0 else None
-        if self.user:
-            shutil.chown(where, self.user)
-            shutil.chown(self.out, self.user)
-        self._as_user([str(bins / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres"])
-        with (self.data / "postgresql.conf").open("a") as conf:
-            conf.write(f"port = {self.port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{where}'\n"
-                       "autovacuum = off\nmax_connections = 20\nshared_buffers = 128MB\n")
-        log = (where / "server.log").open("w")
-        self.proc = subprocess.Popen(self._user_cmd([
-            "valgrind", "--tool=callgrind", "--vgdb=no", "--trace-children=yes", "--dump-instr=no",
-            f"--callgrind-out-file={self.out}/cg.%p", str(bins / "postgres"), "-D", str(self.data)]),
-            stdout=log, stderr=subprocess.STDOUT)
-        self.dsn = f"postgresql://postgres@127.0.0.1:{self.port}/"
-        for _ in range(600):
-            if subprocess.run([str(bins / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port)],
-                              check=False).returncode == 0:
-                return
-            time.sleep(0.2)
-        raise SystemExit(f"the server under valgrind did not start: {where / 'server.log'}")
-
-    def _user_cmd(self, cmd: list[str]) -> list[str]:
-        return ["runuser", "-u", self.user, "--", *cmd] if self.user else cmd
-
-    def _as_user(self, cmd: list[str]) -> None:
-        subprocess.run(self._user_cmd(cmd), check=True, stdout=subprocess.DEVNULL)
+        if os.geteuid() == 0:
+            shutil.chown(self.out, "postgres")
+        super().__init__(bins, where, ["valgrind", "--tool=callgrind", "--vgdb=no", "--trace-children=yes",
+                                       "--dump-instr=no", f"--callgrind-out-file={self.out}/cg.%p"],
+                         "autovacuum = off\n")
 
     def instructions(self, pid: int) -> int:
         """The instructions backend `pid` ran, once it has exited and callgrind wrote its file."""
@@ -171,12 +111,6 @@ class Cluster:
                         return int(line.split()[1])
             time.sleep(0.1)
         raise RuntimeError(f"callgrind wrote no totals to {path}")
-
-    def stop(self) -> None:
-        """Stop the server (fast shutdown)."""
-        subprocess.run(self._user_cmd([str(self.bins / "pg_ctl"), "-D", str(self.data), "stop", "-m", "fast"]),
-                       check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.proc.wait(60)
 
 
 def measure(cluster: Cluster, name: str, tree: Path, jobs: int, b: int, c: int, e: int, tmp: Path,
