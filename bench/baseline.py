@@ -105,6 +105,8 @@ def main() -> int:
     parser.add_argument("--peer", action="append", default=[],
                         help="another queue of the harness to run in the same rounds (repeatable), from "
                              "$PEERBENCH_DIR/venv-NAME")
+    parser.add_argument("--harness", type=Path, default=HARNESS,
+                        help=f"the shared harness to copy (default {HARNESS})")
     parser.add_argument("--dsn", default=os.environ.get("BENCH_DSN", "postgresql://postgres@127.0.0.1:5432/"),
                         help="server base DSN ending in '/' (default $BENCH_DSN or the local server)")
     opts = parser.parse_args()
@@ -112,8 +114,8 @@ def main() -> int:
         parser.error("--dsn must end in '/' (the harness appends the database name)")
     if opts.rounds < 1 or opts.n < 1:
         parser.error("--rounds and --n must be at least 1")
-    if not HARNESS.is_dir():
-        parser.error(f"the shared harness is not at {HARNESS}")
+    if not opts.harness.is_dir():
+        parser.error(f"the shared harness is not at {opts.harness} (--harness)")
     venvs = Path(os.environ.get("PEERBENCH_DIR", "/tmp/peerbench"))
     peers = {name: str(venvs / f"venv-{name}" / "bin" / "python") for name in opts.peer}
     for name, python in peers.items():
@@ -136,7 +138,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="pgq-baseline-") as tmp_name:
         tmp = Path(tmp_name)
         harness = tmp / "harness"
-        shutil.copytree(HARNESS, harness, ignore=shutil.ignore_patterns("results", "scale"))
+        shutil.copytree(opts.harness, harness, ignore=shutil.ignore_patterns("results", "scale"))
         for path in harness.rglob("*"):
             path.chmod(path.stat().st_mode | 0o200)
         sides = {"HEAD": ROOT, opts.baseline: export_tree(opts.baseline, tmp)}

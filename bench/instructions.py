@@ -88,6 +88,29 @@ else:
 conn.close()
 '''
 
+WAKE = r'''
+import sys
+import psycopg
+import pgq
+from pgq import _ops
+dsn, n, limit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+kinds = None if sys.argv[4] == "any" else ["bench"]
+producer = psycopg.connect(dsn, autocommit=True)
+worker = psycopg.connect(dsn, autocommit=True)
+acks = psycopg.connect(dsn, autocommit=True)
+pid = "SELECT pg_backend_pid()"
+print(producer.execute(pid).fetchone()[0], worker.execute(pid).fetchone()[0], flush=True)
+spec = pgq.JobSpec(kind="bench", payload={"i": 1}, queue="bench")
+for _ in range(n):
+    _ops.run_sync(producer, _ops.enqueue([spec]), own_transaction=True)
+    got = _ops.run_sync(worker, _ops.claim(worker="w", queues=["bench"], kinds=kinds, limit=limit, lease=3600),
+                        own_transaction=True)
+    assert len(got) == 1, got
+    _ops.run_sync(acks, _ops.complete([(x, None, None) for x in got], raise_lost=False), own_transaction=True)
+for c in (producer, worker, acks):
+    c.close()
+'''
+
 
 class Cluster(PrivateCluster):
     """A throwaway cluster whose server runs under callgrind; one output file per backend."""
@@ -148,6 +171,33 @@ def measure(cluster: Cluster, name: str, tree: Path, jobs: int, b: int, c: int, 
             (counts["enqueue"] - counts["enqueue-warm"]) / jobs)
 
 
+def measure_wake(cluster: Cluster, name: str, tree: Path, wakes: int, limit: int, tmp: Path) -> tuple[float, float]:
+    """Instructions per wake-up of an idle worker for the pgq of `tree`: the enqueue of one job into
+    an empty queue (the producer's backend) and the claim that takes it, asking for `limit` jobs (the
+    worker's backend)."""
+    import psycopg
+
+    db = f"wake_{name}"
+    with psycopg.connect(cluster.dsn + "postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {db}")
+        conn.execute(f"CREATE DATABASE {db}")
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    subprocess.run([sys.executable, "-m", "pgq", "migrate", "--dsn", cluster.dsn + db], env=env, cwd=tree,
+                   check=True, stdout=subprocess.DEVNULL)
+    script = tmp / "wake.py"
+    script.write_text(WAKE)
+    # The claim asks for the kinds the tree's worker asks for: its app's since revision 0027, any before.
+    kinds = "any" if "kinds=None" in (tree / "pgq" / "worker" / "producer.py").read_text() else "app"
+    counts: dict[int, tuple[int, int]] = {}
+    warm = 20
+    for n in (warm, warm + wakes):
+        out = subprocess.run([sys.executable, str(script), cluster.dsn + db, str(n), str(limit), kinds],
+                             env=env, check=True, capture_output=True, text=True).stdout.split()
+        counts[n] = (cluster.instructions(int(out[0])), cluster.instructions(int(out[1])))
+    (e0, c0), (e1, c1) = counts[warm], counts[warm + wakes]
+    return (e1 - e0) / wakes, (c1 - c0) / wakes
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -160,6 +210,10 @@ def main() -> int:
                         "150: the worker's batch in W3 on 2 cores)")
     parser.add_argument("--enqueue-batch", type=int, default=1000, help="jobs per enqueue (default 1,000: "
                         "the shared harness's W2 batch)")
+    parser.add_argument("--wake", type=int, metavar="N", help="instead: instructions per wake-up of an idle "
+                        "worker (W4), over N wake-ups: the enqueue of one job and the claim that takes it")
+    parser.add_argument("--wake-limit", type=int, default=16, help="jobs the wake-up's claim asks for (default "
+                        "16: an idle worker of W4's concurrency asks for its free slots)")
     parser.add_argument("--bindir", help="PostgreSQL server binaries (default: pg_config --bindir)")
     parser.add_argument("--keep", type=Path, help="copy each phase's callgrind file into this folder, as "
                         "SIDE-PHASE.cg, to read with callgrind_annotate (where the instructions went)")
@@ -177,6 +231,17 @@ def main() -> int:
         cluster = Cluster(bindir(opts.bindir), tmp / "server")
         try:
             sides = {"HEAD": ROOT, opts.baseline: export_tree(opts.baseline, tmp)}
+            if opts.wake:
+                print(f"instructions per wake-up, {opts.wake} wake-ups, claims of up to {opts.wake_limit} "
+                      f"({bindir(opts.bindir)})")
+                wakes = {name: measure_wake(cluster, f"s{i}", tree, opts.wake, opts.wake_limit, tmp)
+                         for i, (name, tree) in enumerate(sides.items())}
+                for name, (enq, claim) in wakes.items():
+                    print(f"  {name:>10}: enqueue {enq:9,.0f}  claim {claim:9,.0f}  both {enq + claim:9,.0f}")
+                (he, hc), (be, bc) = wakes["HEAD"], wakes[opts.baseline]
+                print(f"  HEAD / {opts.baseline}: enqueue {he / be:.3f}  claim {hc / bc:.3f}  "
+                      f"both {(he + hc) / (be + bc):.3f}")
+                return 0
             print(f"instructions per job, {opts.jobs} jobs, claims of {opts.claim_batch}, acknowledgements of "
                   f"{opts.complete_batch}, enqueues of {opts.enqueue_batch} ({bindir(opts.bindir)})")
             results: dict[str, tuple[float, float, float]] = {}
