@@ -34,10 +34,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from private_cluster import ROOT, PrivateCluster, bindir, export_tree
+from private_cluster import ROOT, CallgrindCluster, bindir, export_tree
 
 PHASES = r'''
 import os, sys
@@ -112,31 +111,7 @@ for c in (producer, worker, acks):
 '''
 
 
-class Cluster(PrivateCluster):
-    """A throwaway cluster whose server runs under callgrind; one output file per backend."""
-
-    def __init__(self, bins: Path, where: Path) -> None:
-        self.out = where / "cg"
-        self.out.mkdir()
-        if os.geteuid() == 0:
-            shutil.chown(self.out, "postgres")
-        super().__init__(bins, where, ["valgrind", "--tool=callgrind", "--vgdb=no", "--trace-children=yes",
-                                       "--dump-instr=no", f"--callgrind-out-file={self.out}/cg.%p"],
-                         "autovacuum = off\n")
-
-    def instructions(self, pid: int) -> int:
-        """The instructions backend `pid` ran, once it has exited and callgrind wrote its file."""
-        path = self.out / f"cg.{pid}"
-        for _ in range(600):
-            if path.exists():
-                for line in path.read_text(errors="replace").splitlines():
-                    if line.startswith(("summary:", "totals:")):
-                        return int(line.split()[1])
-            time.sleep(0.1)
-        raise RuntimeError(f"callgrind wrote no totals to {path}")
-
-
-def measure(cluster: Cluster, name: str, tree: Path, jobs: int, b: int, c: int, e: int, tmp: Path,
+def measure(cluster: CallgrindCluster, name: str, tree: Path, jobs: int, b: int, c: int, e: int, tmp: Path,
             keep: Path | None = None, label: str = "") -> tuple[float, float, float]:
     """Instructions per job of claims, of completes and of enqueues (batches of `e`, through
     pgq._ops.enqueue, as Queue.enqueue_many sends them) for the pgq of `tree`; with `keep`, each
@@ -171,7 +146,8 @@ def measure(cluster: Cluster, name: str, tree: Path, jobs: int, b: int, c: int, 
             (counts["enqueue"] - counts["enqueue-warm"]) / jobs)
 
 
-def measure_wake(cluster: Cluster, name: str, tree: Path, wakes: int, limit: int, tmp: Path) -> tuple[float, float]:
+def measure_wake(cluster: CallgrindCluster, name: str, tree: Path, wakes: int, limit: int,
+                 tmp: Path) -> tuple[float, float]:
     """Instructions per wake-up of an idle worker for the pgq of `tree`: the enqueue of one job into
     an empty queue (the producer's backend) and the claim that takes it, asking for `limit` jobs (the
     worker's backend)."""
@@ -228,7 +204,7 @@ def main() -> int:
         tmp = Path(tmp_name)
         tmp.chmod(0o755)  # the server may run as another user (postgres, when this runs as root)
         (tmp / "server").mkdir()
-        cluster = Cluster(bindir(opts.bindir), tmp / "server")
+        cluster = CallgrindCluster(bindir(opts.bindir), tmp / "server")
         try:
             sides = {"HEAD": ROOT, opts.baseline: export_tree(opts.baseline, tmp)}
             if opts.wake:

@@ -91,3 +91,28 @@ class PrivateCluster:
         subprocess.run(self.user_cmd([str(self.bins / "pg_ctl"), "-D", str(self.data), "stop", "-m", "fast"]),
                        check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.proc.wait(60)
+
+
+class CallgrindCluster(PrivateCluster):
+    """A private cluster whose server runs under valgrind's callgrind, one output file per backend
+    (autovacuum off, so that no other backend runs)."""
+
+    def __init__(self, bins: Path, where: Path) -> None:
+        self.out = where / "cg"
+        self.out.mkdir()
+        if os.geteuid() == 0:  # the server runs as postgres
+            shutil.chown(self.out, "postgres")
+        super().__init__(bins, where, ["valgrind", "--tool=callgrind", "--vgdb=no", "--trace-children=yes",
+                                       "--dump-instr=no", f"--callgrind-out-file={self.out}/cg.%p"],
+                         "autovacuum = off\n")
+
+    def instructions(self, pid: int) -> int:
+        """The instructions backend `pid` ran, once it has exited and callgrind wrote its file."""
+        path = self.out / f"cg.{pid}"
+        for _ in range(600):
+            if path.exists():
+                for line in path.read_text(errors="replace").splitlines():
+                    if line.startswith(("summary:", "totals:")):
+                        return int(line.split()[1])
+            time.sleep(0.1)
+        raise RuntimeError(f"callgrind wrote no totals to {path}")
