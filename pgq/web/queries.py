@@ -171,13 +171,19 @@ class QueueSummary:
     """Of the retrying jobs, those a worker handed back because its app has no task of their kind."""
     unknown_kinds: dict[str, int] = field(default_factory=dict)
     """Queued jobs per kind that no live worker of the queue knows (and those handed back for their
-    kind): they wait, untouched, for a worker whose app has the task (sql/queue_unknown_kinds.sql)."""
+    kind): they wait, untouched, for a worker whose app has the task (sql/queue_unknown_kinds.sql),
+    each counted up to UNKNOWN_KINDS_CAP."""
+    unknown_kinds_capped: list[str] = field(default_factory=list)
+    """The kinds of `unknown_kinds` whose count stopped at the cap: they have more jobs than that."""
     workers: int = 0
     oldest_ready_age_s: float | None = None
     next_run_at: dt.datetime | None = None
     paused: bool = False
     paused_at: dt.datetime | None = None
     paused_by: str | None = None
+    """Who paused it: the actor recorded with the pause (the dashboard's user, the CLI's --actor, the role)."""
+    paused_role: str | None = None
+    """The database role the pause ran as."""
     succeeded: int = 0
     failed: int = 0
     cancelled: int = 0
@@ -368,8 +374,11 @@ def overview(finished_cap: int = FINISHED_CAP, chart_range: str = "1h") -> _ops.
             summary.oldest_ready_age_s = row["oldest_ready_age_s"]
             summary.next_run_at = row["next_run_at"]
             summary.paused, summary.paused_at, summary.paused_by = row["paused"], row["paused_at"], row["paused_by"]
-        for row in (yield _ops.Stmt("queue_unknown_kinds", {})):
-            _queue(by_name, row["queue"]).unknown_kinds[row["kind"]] = int(row["jobs"])
+            summary.paused_role = row["paused_role"]
+        unknown, capped = yield from _ops.unknown_kinds()
+        for name, kinds in unknown.items():
+            _queue(by_name, name).unknown_kinds = kinds
+            _queue(by_name, name).unknown_kinds_capped = capped.get(name, [])
         state = yield from _counts_state()
         hour = yield from _counted(now, RANGES["1h"], state, finished_cap)
         throughput = hour.throughput
