@@ -598,13 +598,23 @@ def job_detail(job_id: int) -> _ops.Operation[JobDetail]:
     return _read("dashboard_job", steps)
 
 
-def failed_groups(queue: str | None, kind: str | None) -> _ops.Operation[list[dict[str, Any]]]:
-    """The failed jobs of `queue` and `kind` (None: all) grouped by kind and first line of error, with
-    count, first and last seen (sql/dashboard_failed_groups.sql)."""
+FAILED_GROUPS_SCAN = 10_000
+"""The dead-letter groups are made of at most this many of the newest failed jobs (issue #44: reading
+all 103,000 failed jobs of 10,000,000 took 8.7 s)."""
+
+
+def failed_groups(queue: str | None, kind: str | None,
+                  scan: int | None = None) -> _ops.Operation[list[dict[str, Any]]]:
+    """The newest `scan` (None: FAILED_GROUPS_SCAN) failed jobs of `queue` (None: all), those of `kind`
+    (None: all) among them, grouped by kind and first line of error, with count, first and last seen,
+    and `scanned`: how many failed jobs were read (`scan`: older ones were left out;
+    sql/dashboard_failed_groups.sql)."""
 
     def steps() -> _ops.Steps[list[dict[str, Any]]]:
         yield from _guard()
-        return [dict(r) for r in (yield _ops.Stmt("dashboard_failed_groups", {"queue": queue, "kind": kind}))]
+        return [dict(r) for r in (yield _ops.Stmt("dashboard_failed_groups",
+                                                  {"queue": queue, "kind": kind,
+                                                   "scan": FAILED_GROUPS_SCAN if scan is None else scan}))]
 
     return _read("dashboard_failed_groups", steps)
 
