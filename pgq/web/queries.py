@@ -497,7 +497,8 @@ def find_jobs(
 ) -> _ops.Operation[JobPage]:
     """The jobs matching `filters` with an id below `before` (None: from the newest), newest first, at
     most `limit`. With a status that has its own index (INDEXED_STATUSES): one window of the newest ids,
-    then, if the page is not full, the rest in one complete statement (sql/dashboard_jobs_indexed.sql);
+    then, if the page is not full, the rest in one complete statement (sql/dashboard_jobs_indexed.sql;
+    sql/dashboard_jobs_failed.sql for failed jobs);
     otherwise sql/dashboard_jobs.sql window by window, each window
     twice the last up to SEARCH_WINDOW_MAX ids, until the page is full, the oldest job is passed, or
     the time budget is spent: `budget_s` once a match was found, `empty_budget_s` while none was (so
@@ -520,7 +521,8 @@ def find_jobs(
         while high > low_end:
             if indexed and windows:
                 # One window of the newest ids did not fill the page: the rest, complete, from the index.
-                rows = yield _ops.Stmt("dashboard_jobs_indexed", {**params, "high": high, "limit": limit - len(found)})
+                statement = "dashboard_jobs_failed" if filters.status is JobStatus.FAILED else "dashboard_jobs_indexed"
+                rows = yield _ops.Stmt(statement, {**params, "high": high, "limit": limit - len(found)})
                 found.extend(dict(r) for r in rows)
                 return JobPage(found, int(found[-1]["id"]) if len(found) >= limit else None, now)
             low = max(high - size, low_end)

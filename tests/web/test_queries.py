@@ -199,3 +199,22 @@ def test_dead_letter_groups_read_the_newest_failed_jobs_only(pgq_dsn: str, pgq_q
     # Everything when the bound is not reached.
     assert sum(g[2] for g in groups(None, None, 100)) == 10
     assert {g[3] for g in groups(None, None, 100)} == {10}
+
+
+def test_the_failed_list_reads_failed_jobs_in_id_order_and_stops_at_the_page(pgq_dsn: str, pgq_queue: Queue,
+                                                                               db: SQL) -> None:
+    """Issue #44 (revision 0030): behind more queued jobs than the first window of ids holds, the failed
+    list is read backwards through jobs_failed_id_idx and stops at the page; before, every failed job
+    was read through jobs_failed_idx and sorted (4.4 s at 10,000,000 finished jobs)."""
+    failed = pgq_queue.enqueue_many([pgq.JobSpec("f", queue="q") for _ in range(120)])
+    for job_id in failed:
+        finish(db, job_id, "failed", 5)
+    pgq_queue.enqueue_many([pgq.JobSpec("w", queue="q") for _ in range(30)])  # newer ids, queued
+    db("ANALYZE pgq.jobs")
+    page = read(pgq_dsn, queries.find_jobs(queries.JobFilter(status=JobStatus.FAILED), before=None, window=10,
+                                           limit=50))
+    assert [j["id"] for j in page.jobs] == sorted(failed, reverse=True)[:50]
+    params = {"status": "failed", "queue": None, "kind": None, "text": None, "payload": None, "error_line": None,
+              "high": max(failed) + 1, "limit": 50}
+    plan = db("EXPLAIN (FORMAT JSON) " + _sql.query("dashboard_jobs_failed"), params)[0]["QUERY PLAN"]
+    assert "jobs_failed_id_idx" in str(plan) and "Sort" not in str(plan)
