@@ -7,7 +7,7 @@ SELECT j.id, j.queue, j.kind, j.status::text AS status, j.priority, j.attempts, 
        j.run_at, j.created_at, j.started_at, j.finished_at, j.dedupe_key, j.claimed_by, j.group_key,
        left(j.last_error, 300) AS last_error
 FROM pgq.jobs j
-WHERE j.status = 'failed' AND j.id < %(high)s::bigint
+WHERE j.status = 'failed' AND j.id >= '-9223372036854775808'::bigint AND j.id < %(high)s::bigint
   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
   AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
   AND (%(text)s::text IS NULL
