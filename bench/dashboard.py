@@ -3,22 +3,26 @@
     python bench/dashboard.py --dsn postgresql://postgres@127.0.0.1:5432/postgres
 
 It creates a scratch database on that server (`pgq_dash_bench_<random>`), migrates it, fills it, and
-drops it at the end, however the run ends (`--keep` keeps it). Never the database of the DSN itself.
-The fill, in a few set-based statements:
+drops it at the end, however the run ends (`--keep` keeps it; `--existing NAME` measures a kept one
+again, without filling or dropping it). Never the database of the DSN itself. The fill, set-based:
 
-- `--finished` (1,000,000) finished jobs, finished evenly over the last `--window-h` hours (24: about
-  42,000 in the last hour; `--window-h 1` puts them all in the hour, where the overview reads at most
-  100,000 of them), 1 in 97 failed with an error, 1 in 211 cancelled, a third with a dedupe key,
-  over four queues and seven kinds;
+- `--finished` (1,000,000) finished jobs, finished evenly over the last `--window-h` hours (192, 8
+  days: about 5,200 an hour per million; `--window-h 1` puts them all in the hour), 1 in 97 failed
+  with an error, 1 in 211 cancelled, a third with a dedupe key, over four queues and seven kinds,
+  inserted `--chunk` (500,000) at a time, one transaction each, with a progress line per chunk;
+  the four indexes finished jobs enter (FINISHED_INDEXES) are dropped before and built again after
+  (10,000,000 jobs: about 6 minutes of inserts and 2 of index builds on the 2-core machine, 3 GB);
 - `--queued` (100,000) queued jobs: 9 in 10 due (a backlog up to half an hour old), 1 in 10 scheduled
   within the hour, 1 in 50 waiting for a retry with an error;
 - 200 running jobs on ten workers (1 in 40 with an expired lease), some with progress;
 - a tick job per minute of the last day for a periodic schedule `tidy_up` (every 60 s), which the
   dashboard is given as its App; two concurrency limits and two rate limits;
-- twelve workers in the registry (pgq.workers): the ten running jobs and two idle ones.
+- twelve workers in the registry (pgq.workers): the ten running jobs and two idle ones, kept live
+  (last_seen set before each route, as their heartbeats would).
 
 Then VACUUM ANALYZE, the counts of finished jobs (pgq.finished_counts, revision 0026: one pass of
-pgq.count_finished over the whole history, as the workers' first pass does), and each route is
+pgq.count_finished over the whole history: the counts the workers' passes would have kept as the jobs
+finished; minutes for 8 days, hours beyond), and each route is
 requested `--warmup` times, then `--repeat` times, in-process
 through the ASGI app (httpx's ASGITransport: no network), and the script prints per route the p50,
 p95 and max of the time the dashboard spent on it, read from its `Server-Timing` header (from the
@@ -48,9 +52,9 @@ from pgq import migrate
 from pgq.web import create_app
 
 # Modulo is %% in these statements: they are sent with parameters, as psycopg %(name)s placeholders.
-FILL = [
-    # Finished jobs, ids in the order they finished (oldest first), as a queue's are.
-    """
+# The finished jobs, inserted in chunks of ids lo..hi (of `finished`): ids in the order they finished
+# (oldest first), as a queue's are, finished evenly over the last `window_h` hours.
+FINISHED = """
     INSERT INTO pgq.jobs (queue, kind, payload, status, run_at, attempts, max_attempts, dedupe_key, claimed_by,
                           last_error, result, created_at, started_at, finished_at)
     SELECT q.queue, (ARRAY['send_email', 'resize_image', 'sync_account', 'charge_card', 'build_report',
@@ -63,15 +67,17 @@ FILL = [
            CASE WHEN s.status = 'failed' THEN 'TimeoutError: upstream took too long (attempt ' || g %% 5 || ')' END,
            CASE WHEN s.status = 'succeeded' THEN '{"ok": true}'::jsonb END,
            f.at - interval '3 seconds', f.at - interval '1 second', f.at
-    FROM generate_series(1, %(finished)s) AS g
+    FROM generate_series(%(lo)s::bigint, %(hi)s::bigint) AS g
     CROSS JOIN LATERAL (SELECT CASE WHEN g %% 10 < 5 THEN 'default' WHEN g %% 10 < 8 THEN 'mail'
                                     WHEN g %% 10 < 9 THEN 'reports' ELSE 'webhooks' END AS queue) AS q
     CROSS JOIN LATERAL (SELECT CASE WHEN g %% 97 = 0 THEN 'failed' WHEN g %% 211 = 0 THEN 'cancelled'
                                     ELSE 'succeeded' END AS status) AS s
-    CROSS JOIN LATERAL (SELECT now() - make_interval(secs => %(window_h)s * 3600) * ((%(finished)s - g)::float8
-                                                                               / %(finished)s) AS at) AS f
+    CROSS JOIN LATERAL (SELECT %(now)s::timestamptz - make_interval(secs => %(window_h)s * 3600)
+                               * ((%(finished)s - g)::float8 / %(finished)s) AS at) AS f
     ORDER BY g
-    """,
+    """
+
+FILL = [
     # Queued jobs: a backlog due now, some scheduled, some waiting for a retry.
     """
     INSERT INTO pgq.jobs (queue, kind, payload, status, run_at, attempts, dedupe_key, last_error, created_at)
@@ -143,30 +149,66 @@ def scratch_database(dsn: str, keep: bool) -> Iterator[str]:
             print(f"dropped database {name}", flush=True)
 
 
-def fill(dsn: str, finished: int, queued: int, window_h: float, actions: int) -> None:
+# The indexes of pgq.jobs that finished jobs enter: dropped while the finished jobs go in and built
+# again after (a build sorts once; 10,000,000 inserts into them cost far more), as they were.
+FINISHED_INDEXES = ("jobs_finished_idx", "jobs_failed_idx", "jobs_dedupe_key_idx", "jobs_dedupe_finished_idx")
+
+
+def fill_finished(conn: psycopg.Connection[tuple[object, ...]], finished: int, window_h: float, chunk: int) -> None:
+    """Insert `finished` finished jobs (FINISHED) in chunks of `chunk`, one transaction each, with
+    progress lines; drop FINISHED_INDEXES before and build them again after."""
+    started = time.monotonic()
+    row = conn.execute(b"SELECT now()").fetchone()
+    assert row is not None
+    defs = [str(r[0]) for r in conn.execute(
+        b"SELECT pg_get_indexdef(c.oid) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        b"WHERE n.nspname = 'pgq' AND c.relname = ANY(%s)", [list(FINISHED_INDEXES)])]
+    for name in FINISHED_INDEXES:
+        conn.execute(f"DROP INDEX IF EXISTS pgq.{name}".encode())
+    conn.execute(b"SET synchronous_commit = off")
+    params: dict[str, object] = {"finished": finished, "window_h": window_h, "now": row[0]}
+    for lo in range(1, finished + 1, chunk):
+        hi = min(finished, lo + chunk - 1)
+        conn.execute(FINISHED.encode(), {**params, "lo": lo, "hi": hi})
+        elapsed = time.monotonic() - started
+        print(f"  finished jobs: {hi:,} of {finished:,} in {elapsed:.0f} s ({hi / elapsed:,.0f}/s)", flush=True)
+    building = time.monotonic()
+    conn.execute(b"SET maintenance_work_mem = '512MB'")
+    for definition in defs:
+        conn.execute(definition.encode())
+    conn.execute(b"RESET maintenance_work_mem")
+    conn.execute(b"RESET synchronous_commit")
+    print(f"  built {len(defs)} indexes again in {time.monotonic() - building:.0f} s", flush=True)
+
+
+def fill(dsn: str, finished: int, queued: int, window_h: float, actions: int, chunk: int) -> None:
     """Migrate the scratch database and fill it (see the module docstring)."""
     started = time.monotonic()
     migrate.upgrade(dsn)
-    params = {"finished": finished, "queued": queued, "window_h": window_h, "actions": actions}
+    params = {"queued": queued, "actions": actions}
     with psycopg.connect(dsn, autocommit=True) as conn:
+        fill_finished(conn, finished, window_h, chunk)
         for statement in FILL:
             conn.execute(statement.encode(), params)
+        vacuuming = time.monotonic()
         conn.execute(b"VACUUM ANALYZE pgq.jobs")
+        print(f"  VACUUM ANALYZE pgq.jobs in {time.monotonic() - vacuuming:.0f} s", flush=True)
         kept = conn.execute(b"SELECT to_regprocedure('pgq.count_finished(interval, interval)') IS NOT NULL"
                             ).fetchone()
         if kept is not None and kept[0]:
             # The counts the workers keep (revision 0026), built as the first pass over this history would.
             counting = time.monotonic()
             conn.execute(b"SELECT pgq.count_finished(interval '2 minutes', interval '400 days')")
-            conn.execute(b"VACUUM ANALYZE pgq.finished_counts")
-            print(f"counted the finished jobs into pgq.finished_counts in {time.monotonic() - counting:.1f} s",
+            conn.execute(b"VACUUM ANALYZE pgq.finished_counts, pgq.finished_counts_hourly")
+            print(f"  counted the finished jobs into pgq.finished_counts in {time.monotonic() - counting:.1f} s",
                   flush=True)
         total = conn.execute(b"SELECT count(*) FROM pgq.jobs").fetchone()
         last_hour = conn.execute(b"SELECT count(*) FROM pgq.jobs WHERE finished_at > now() - interval '1 hour'"
                                  ).fetchone()
-    assert total is not None and last_hour is not None
+        size = conn.execute(b"SELECT pg_size_pretty(pg_total_relation_size('pgq.jobs'))").fetchone()
+    assert total is not None and last_hour is not None and size is not None
     print(f"filled: {total[0]:,} jobs ({finished:,} finished, {last_hour[0]:,} of them in the last hour; "
-          f"{queued:,} queued; 200 running) in {time.monotonic() - started:.0f} s", flush=True)
+          f"{queued:,} queued; 200 running; pgq.jobs {size[0]}) in {time.monotonic() - started:.0f} s", flush=True)
 
 
 def server_ms(response: httpx.Response) -> float:
@@ -243,8 +285,11 @@ async def measure(dsn: str, warmup: int, repeat: int, only: list[str] | None = N
     results: list[tuple[str, list[float]]] = []
     transport = httpx.ASGITransport(app=dashboard)
     json = {"Content-Type": "application/json"}
-    async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client, \
+            await psycopg.AsyncConnection.connect(dsn, autocommit=True) as beat:
         for label, path, headers in gets:
+            # The registered workers stay live, as their heartbeats keep them (not timed).
+            await beat.execute(b"UPDATE pgq.workers SET last_seen = now()")
             times = []
             for i in range(warmup + repeat):
                 response = await client.get(path, headers=headers)
@@ -276,19 +321,27 @@ def main() -> int:
     parser.add_argument("--dsn", required=True, help="a server to create the scratch database on")
     parser.add_argument("--finished", type=int, default=1_000_000, help="finished jobs (default 1,000,000)")
     parser.add_argument("--queued", type=int, default=100_000, help="queued jobs (default 100,000)")
-    parser.add_argument("--window-h", type=float, default=24.0,
-                        help="hours over which the finished jobs finished (default 24)")
+    parser.add_argument("--window-h", type=float, default=192.0,
+                        help="hours over which the finished jobs finished (default 192: 8 days)")
+    parser.add_argument("--chunk", type=int, default=500_000,
+                        help="finished jobs per INSERT (one transaction each; default 500,000)")
     parser.add_argument("--warmup", type=int, default=3, help="requests per route before measuring (default 3)")
     parser.add_argument("--repeat", type=int, default=30, help="measured requests per route (default 30)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
+    parser.add_argument("--existing", metavar="DBNAME",
+                        help="measure a database an earlier run kept (--keep) again, without filling or dropping it")
     parser.add_argument("--only", action="append", metavar="LABEL",
                         help="measure only the GET route LABEL, or those starting so when it ends in '*' "
                              "(repeatable; no actions)")
     args = parser.parse_args()
     if conninfo_to_dict(args.dsn).get("dbname") is None:
         args.dsn = make_conninfo(args.dsn, dbname="postgres")
-    with scratch_database(args.dsn, args.keep) as dsn:
-        fill(dsn, args.finished, args.queued, args.window_h, args.warmup + args.repeat)
+    with contextlib.ExitStack() as stack:
+        if args.existing:
+            dsn = make_conninfo(args.dsn, dbname=args.existing)
+        else:
+            dsn = stack.enter_context(scratch_database(args.dsn, args.keep))
+            fill(dsn, args.finished, args.queued, args.window_h, args.warmup + args.repeat, args.chunk)
         results = asyncio.run(measure(dsn, args.warmup, args.repeat, args.only))
         width = max(len(label) for label, _ in results)
         print(f"{'route':<{width}}  {'p50 ms':>7}  {'p95 ms':>7}  {'max ms':>7}")

@@ -26,7 +26,8 @@ Exposed families (labels in braces):
   `pgq_queue_expired_leases` {queue}, `pgq_queue_oldest_ready_age_seconds` {queue},
   `pgq_queue_live_workers` {queue} (registered live workers claiming from it: the worker registry),
   `pgq_queue_unknown_kind_jobs` {queue, kind} (queued jobs of a kind no live worker of the queue
-  knows: they wait, untouched, for a worker whose app has the task; issue #42),
+  knows: they wait, untouched, for a worker whose app has the task; issue #42; counted up to 10,000
+  per queue and kind: 10,000 reads "10,000 or more", issue #44),
   `pgq_queue_stats_up` (1 when the last database read worked).
 """
 
@@ -241,7 +242,8 @@ class Metrics:
                                  labels=("queue",))
         unknown = GaugeMetricFamily("pgq_queue_unknown_kind_jobs",
                                     "Queued jobs of a kind no live worker claiming from the queue knows: they wait, "
-                                    "untouched, until a worker whose app has the task starts.",
+                                    "untouched, until a worker whose app has the task starts. Counted up to "
+                                    "10,000 per queue and kind (10,000: that many or more).",
                                     labels=("queue", "kind"))
         for queue in sorted(rows):
             row = rows[queue]

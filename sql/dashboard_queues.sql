@@ -2,7 +2,8 @@
 -- waiting (for parent jobs), ready, scheduled, running, expired leases (pgq.queue_backlog), retrying
 -- (queued again after a failed attempt; among them, unknown_kind: handed back by a worker whose app
 -- has no task of their kind, see sql/queue_unknown_kinds.sql), the distinct workers running its jobs, the age of its
--- oldest ready job, when its next scheduled job is due, and whether it is paused (and since when).
+-- oldest ready job, when its next scheduled job is due, and whether it is paused (since when, by whom
+-- and through which database role).
 -- Paused queues without jobs are listed too, and so are queues holding only waiting jobs.
 --
 -- Reads waiting, queued and running jobs only, never finished ones: pgq.queue_backlog counts through
@@ -42,7 +43,8 @@ SELECT coalesce(b.queue, p.queue, t.queue) AS queue,
        b.next_run_at,
        p.queue IS NOT NULL AS paused,
        p.paused_at,
-       p.paused_by
+       p.paused_by,
+       p.paused_role
 FROM pgq.queue_backlog b
 FULL JOIN pgq.paused_queues p ON p.queue = b.queue
 FULL JOIN waiting t ON t.queue = coalesce(b.queue, p.queue)

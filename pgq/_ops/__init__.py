@@ -16,6 +16,7 @@ Callers use this package's names (`_ops.claim`), never a module's.
 from .admin import (
     DEPENDENCIES_LIMIT,
     PURGE_BATCH,
+    UNKNOWN_KINDS_CAP,
     cancel,
     dependencies,
     get,
@@ -31,6 +32,7 @@ from .admin import (
     set_concurrency_limit,
     set_group_limits,
     set_rate_limit,
+    unknown_kinds,
     wait_mark,
 )
 from .bulk import (
@@ -103,6 +105,7 @@ __all__ = [
     "READ_ONLY_STATEMENTS",
     "RESCUE_BATCH",
     "TRANSACTION_IDLE_LIMIT",
+    "UNKNOWN_KINDS_CAP",
     "WRITING_STATEMENTS",
     "AsyncWatchdog",
     "BulkAction",
@@ -164,6 +167,7 @@ __all__ = [
     "snooze",
     "trace_context_get",
     "unfiltered_message",
+    "unknown_kinds",
     "wait_mark",
     "worker_register",
     "worker_seen",

@@ -308,26 +308,41 @@ def is_dirty(queue: str, dedupe_key: str) -> Operation[bool]:
     return Operation("key_is_dirty", steps, retry_safe=True)
 
 
-def _unknown_kinds() -> Steps[dict[str, dict[str, int]]]:
-    """{queue: {kind: queued jobs}} of the kinds no live worker of the queue knows, and of jobs an
-    older worker handed back for their kind (sql/queue_unknown_kinds.sql); queues without any left out."""
+UNKNOWN_KINDS_CAP = 10_000
+"""How many queued jobs of one queue and kind sql/queue_unknown_kinds.sql counts at most: beyond it a
+pair is reported at the cap and marked capped ("more than 10,000"), so the count costs at most that
+many index entries per pair on every overview refresh and metrics scrape (issue #44)."""
+
+
+def unknown_kinds(cap: int = UNKNOWN_KINDS_CAP) -> Steps[tuple[dict[str, dict[str, int]], dict[str, list[str]]]]:
+    """({queue: {kind: queued jobs}}, {queue: [kinds counted only up to `cap`]}) of the kinds no live
+    worker of the queue knows, and of jobs an older worker handed back for their kind
+    (sql/queue_unknown_kinds.sql); queues without any left out of both. A count is exact below `cap`;
+    a kind with more jobs has `cap` and is listed in the second dict (sorted)."""
     unknown: dict[str, dict[str, int]] = {}
-    for row in (yield Stmt("queue_unknown_kinds", {})):
+    capped: dict[str, list[str]] = {}
+    for row in (yield Stmt("queue_unknown_kinds", {"cap": cap})):
         unknown.setdefault(row["queue"], {})[row["kind"]] = int(row["jobs"])
-    return unknown
+        if row["capped"]:
+            capped.setdefault(row["queue"], []).append(row["kind"])
+    return unknown, capped
 
 
 def queue_stats() -> Operation[list[dict[str, Any]]]:
     """Rows of the pgq.queue_stats view, each with `unknown_kinds` added: {kind: number of queued
     jobs} that no live worker of the queue has a task for, or that an older worker handed back for
-    that reason (empty when none; sql/queue_unknown_kinds.sql)."""
+    that reason (empty when none; sql/queue_unknown_kinds.sql), each counted up to UNKNOWN_KINDS_CAP;
+    and `unknown_kinds_capped`: the kinds whose count stopped at the cap (they have more jobs)."""
 
     def steps() -> Steps[list[dict[str, Any]]]:
         rows = yield Stmt("queue_stats", {})
-        unknown = yield from _unknown_kinds()
-        return [{**row, "unknown_kinds": unknown.get(row["queue"], {})} for row in rows]
+        unknown, capped = yield from unknown_kinds()
+        return [{**row, "unknown_kinds": unknown.get(row["queue"], {}),
+                 "unknown_kinds_capped": capped.get(row["queue"], [])} for row in rows]
 
-    return Operation("queue_stats", steps, retry_safe=True)
+    # One transaction: one snapshot for both statements, and transaction_guard.sql's jit = off (the
+    # unknown kinds' plan is costed over the JIT threshold; compiling it cost some 290 ms a run).
+    return Operation("queue_stats", steps, transaction=True, retry_safe=True)
 
 
 def pause(queue: str, actor: str | None = None) -> Operation[bool]:
@@ -362,8 +377,8 @@ def queue_backlog(queues: Sequence[str] | None) -> Operation[list[dict[str, Any]
     """Rows of the pgq.queue_backlog view for `queues` (None: all): per queue ready, scheduled,
     running, expired_leases and oldest_ready_age_s (seconds, None when nothing is ready), and
     live_workers (registered live workers claiming from it, sql/queue_live_workers.sql), and
-    unknown_kinds ({kind: queued jobs} that no live worker of the queue knows, as `queue_stats` has
-    them). A queue of `queues` without jobs has a row of zeros."""
+    unknown_kinds ({kind: queued jobs} that no live worker of the queue knows) with
+    unknown_kinds_capped, as `queue_stats` has them. A queue of `queues` without jobs has a row of zeros."""
     queue_list = _text_list("queues", queues)
 
     def steps() -> Steps[list[dict[str, Any]]]:
@@ -374,9 +389,10 @@ def queue_backlog(queues: Sequence[str] | None) -> Operation[list[dict[str, Any]
         live = yield Stmt("queue_live_workers", {"queues": sorted(rows)})
         for row in live:
             rows[row["queue"]]["live_workers"] = int(row["live_workers"])
-        unknown = yield from _unknown_kinds()
+        unknown, capped = yield from unknown_kinds()
         for name, row in rows.items():
             row["unknown_kinds"] = unknown.get(name, {})
+            row["unknown_kinds_capped"] = capped.get(name, [])
         return [rows[name] for name in sorted(rows)]
 
-    return Operation("queue_backlog", steps, retry_safe=True)
+    return Operation("queue_backlog", steps, transaction=True, retry_safe=True)  # as queue_stats

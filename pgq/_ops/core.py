@@ -119,7 +119,8 @@ WRITING_STATEMENTS: tuple[str, ...] = (
 READ_ONLY_STATEMENTS: tuple[str, ...] = (
     "dashboard_concurrency_limits", "dashboard_counts_state", "dashboard_failed_groups",
     "dashboard_finished_counts", "dashboard_guard", "dashboard_job_audit", "dashboard_job_bounds",
-    "dashboard_job_states", "dashboard_jobs", "dashboard_jobs_indexed", "dashboard_queue_cancelled",
+    "dashboard_job_states", "dashboard_jobs", "dashboard_jobs_failed", "dashboard_jobs_indexed",
+    "dashboard_queue_cancelled",
     "dashboard_queue_failed_count", "dashboard_queue_names", "dashboard_queue_tab", "dashboard_queues",
     "dashboard_rate_limits", "dashboard_rights", "dashboard_running", "dashboard_ticks", "dashboard_workers",
     "group_limits_list", "job_dependencies", "job_explain", "job_get", "job_lease_check", "job_list",

@@ -33,7 +33,8 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
             "A paused queue (pgq queue pause) is marked '(paused)'.\n"
             "Queued jobs of kinds that no live worker of their queue has a task for (a rolling deploy;\n"
             "see docs/operations.md) are listed below the table, by queue and kind; in --json each row\n"
-            "has them as unknown_kinds: {kind: jobs}."
+            "has them as unknown_kinds: {kind: jobs}, each counted up to 10,000 (the kinds with more are\n"
+            "in unknown_kinds_capped and shown as 'more than 10000')."
         ),
     )
     p.add_argument("--json", action="store_true", help="print JSON (ages in seconds) instead of a table")
@@ -54,7 +55,7 @@ def format_status(rows: Sequence[Mapping[str, Any]]) -> str:
     """Render rows of `Queue.stats()` (the pgq.queue_stats view) as an aligned table, one row per
     queue plus a TOTAL row when there are several; "no jobs in any queue" when there are none.
     Below it, the jobs of each queue and kind handed back because no worker knew their kind (the
-    rows' `unknown_kinds`), if any."""
+    rows' `unknown_kinds`; "more than N" for those of `unknown_kinds_capped`), if any."""
     if not rows:
         return "no jobs in any queue"
     body = [
@@ -73,8 +74,9 @@ def format_status(rows: Sequence[Mapping[str, Any]]) -> str:
             format_age(max(ages) if ages else None),
         ])
     table = render_table(STATUS_COLUMNS, body, right=range(1, len(STATUS_COLUMNS)))
-    unknown = [f"  {cell(str(r['queue']))}: {n} {cell(kind)!r}" for r in rows
-               for kind, n in (r.get("unknown_kinds") or {}).items()]
+    unknown = [f"  {cell(str(r['queue']))}: "
+               f"{'more than ' if kind in (r.get('unknown_kinds_capped') or ()) else ''}{n} {cell(kind)!r}"
+               for r in rows for kind, n in (r.get("unknown_kinds") or {}).items()]
     if unknown:
         table += ("\nWaiting for a worker that knows their kind (left queued, no attempt spent; "
                   "they run once a worker whose app has the task serves the queue):\n" + "\n".join(unknown))

@@ -69,9 +69,10 @@ class Api:
         t = data.throughput
         queues = [{
             "name": q.name, "paused": q.paused, "paused_at": q.paused_at, "paused_by": q.paused_by,
-            "waiting": q.waiting, "ready": q.ready, "scheduled": q.scheduled, "running": q.running,
+            "paused_role": q.paused_role, "waiting": q.waiting, "ready": q.ready, "scheduled": q.scheduled,
+            "running": q.running,
             "expired_leases": q.expired_leases, "retrying": q.retrying, "unknown_kind": q.unknown_kind,
-            "unknown_kinds": q.unknown_kinds, "workers": q.workers,
+            "unknown_kinds": q.unknown_kinds, "unknown_kinds_capped": q.unknown_kinds_capped, "workers": q.workers,
             "oldest_ready_age_s": q.oldest_ready_age_s, "next_run_at": q.next_run_at,
             "last_hour": {"succeeded": q.succeeded, "failed": q.failed, "cancelled": q.cancelled,
                           "finished_per_minute": q.per_minute, "failed_per_minute": q.failed_per_minute,
@@ -110,13 +111,18 @@ class Api:
 
     async def queue(self, request: Request) -> JSONResponse:
         """`GET /api/queues/{name}?tab=`: the queue page's data: counts per state (with
-        `cancelled_partial`), pause state, workers serving it, and the jobs of one state tab."""
+        `cancelled_partial`), pause state (who paused it, through which role), the queued jobs of kinds
+        no live worker of it knows (`unknown_kinds`, `unknown_kinds_capped`), workers serving it, and the
+        jobs of one state tab."""
         name = params.queue_name(request.path_params["name"])
         tab = params.tab(request.query_params, TABS)
         data = await self.dash.read(queue_page(name, tab, limit=params.limit(request.query_params, JOBS_PER_PAGE)))
         s = data.summary
         return _json({"now": data.now, "queue": name, "paused": bool(s and s.paused),
-                      "paused_at": s and s.paused_at, "paused_by": s and s.paused_by, "counts": data.counts,
+                      "paused_at": s and s.paused_at, "paused_by": s and s.paused_by,
+                      "paused_role": s and s.paused_role, "counts": data.counts,
+                      "unknown_kinds": s.unknown_kinds if s else {},
+                      "unknown_kinds_capped": s.unknown_kinds_capped if s else [],
                       "cancelled_partial": data.cancelled_partial, "counted_over_finished": CANCELLED_SCAN,
                       "last_hour_partial": data.throughput.capped, "tab": tab,
                       "last_hour": s and {"succeeded": s.succeeded, "failed": s.failed, "cancelled": s.cancelled,

@@ -140,7 +140,7 @@ class Pages:
                            cursor=cursor, limit=limit, filter_params=filter_params, queue_names=names,
                            kind_names=sorted(app.tasks) if app is not None else [],
                            statuses=[s.value for s in JobStatus],
-                           can_bulk=can_bulk, groups=groups,
+                           can_bulk=can_bulk, groups=groups, failed_scan=queries.FAILED_GROUPS_SCAN,
                            # Acting on all matching jobs needs a filter (the rule of cancel_where).
                            bulk_all=[a for a, applies in _ops.BULK_STATUSES.items()
                                      if filters.active and (filters.status is None or filters.status in applies)])

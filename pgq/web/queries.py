@@ -171,13 +171,19 @@ class QueueSummary:
     """Of the retrying jobs, those a worker handed back because its app has no task of their kind."""
     unknown_kinds: dict[str, int] = field(default_factory=dict)
     """Queued jobs per kind that no live worker of the queue knows (and those handed back for their
-    kind): they wait, untouched, for a worker whose app has the task (sql/queue_unknown_kinds.sql)."""
+    kind): they wait, untouched, for a worker whose app has the task (sql/queue_unknown_kinds.sql),
+    each counted up to UNKNOWN_KINDS_CAP."""
+    unknown_kinds_capped: list[str] = field(default_factory=list)
+    """The kinds of `unknown_kinds` whose count stopped at the cap: they have more jobs than that."""
     workers: int = 0
     oldest_ready_age_s: float | None = None
     next_run_at: dt.datetime | None = None
     paused: bool = False
     paused_at: dt.datetime | None = None
     paused_by: str | None = None
+    """Who paused it: the actor recorded with the pause (the dashboard's user, the CLI's --actor, the role)."""
+    paused_role: str | None = None
+    """The database role the pause ran as."""
     succeeded: int = 0
     failed: int = 0
     cancelled: int = 0
@@ -368,8 +374,11 @@ def overview(finished_cap: int = FINISHED_CAP, chart_range: str = "1h") -> _ops.
             summary.oldest_ready_age_s = row["oldest_ready_age_s"]
             summary.next_run_at = row["next_run_at"]
             summary.paused, summary.paused_at, summary.paused_by = row["paused"], row["paused_at"], row["paused_by"]
-        for row in (yield _ops.Stmt("queue_unknown_kinds", {})):
-            _queue(by_name, row["queue"]).unknown_kinds[row["kind"]] = int(row["jobs"])
+            summary.paused_role = row["paused_role"]
+        unknown, capped = yield from _ops.unknown_kinds()
+        for name, kinds in unknown.items():
+            _queue(by_name, name).unknown_kinds = kinds
+            _queue(by_name, name).unknown_kinds_capped = capped.get(name, [])
         state = yield from _counts_state()
         hour = yield from _counted(now, RANGES["1h"], state, finished_cap)
         throughput = hour.throughput
@@ -488,7 +497,8 @@ def find_jobs(
 ) -> _ops.Operation[JobPage]:
     """The jobs matching `filters` with an id below `before` (None: from the newest), newest first, at
     most `limit`. With a status that has its own index (INDEXED_STATUSES): one window of the newest ids,
-    then, if the page is not full, the rest in one complete statement (sql/dashboard_jobs_indexed.sql);
+    then, if the page is not full, the rest in one complete statement (sql/dashboard_jobs_indexed.sql;
+    sql/dashboard_jobs_failed.sql for failed jobs);
     otherwise sql/dashboard_jobs.sql window by window, each window
     twice the last up to SEARCH_WINDOW_MAX ids, until the page is full, the oldest job is passed, or
     the time budget is spent: `budget_s` once a match was found, `empty_budget_s` while none was (so
@@ -511,7 +521,8 @@ def find_jobs(
         while high > low_end:
             if indexed and windows:
                 # One window of the newest ids did not fill the page: the rest, complete, from the index.
-                rows = yield _ops.Stmt("dashboard_jobs_indexed", {**params, "high": high, "limit": limit - len(found)})
+                statement = "dashboard_jobs_failed" if filters.status is JobStatus.FAILED else "dashboard_jobs_indexed"
+                rows = yield _ops.Stmt(statement, {**params, "high": high, "limit": limit - len(found)})
                 found.extend(dict(r) for r in rows)
                 return JobPage(found, int(found[-1]["id"]) if len(found) >= limit else None, now)
             low = max(high - size, low_end)
@@ -589,13 +600,23 @@ def job_detail(job_id: int) -> _ops.Operation[JobDetail]:
     return _read("dashboard_job", steps)
 
 
-def failed_groups(queue: str | None, kind: str | None) -> _ops.Operation[list[dict[str, Any]]]:
-    """The failed jobs of `queue` and `kind` (None: all) grouped by kind and first line of error, with
-    count, first and last seen (sql/dashboard_failed_groups.sql)."""
+FAILED_GROUPS_SCAN = 10_000
+"""The dead-letter groups are made of at most this many of the newest failed jobs (issue #44: reading
+all 103,000 failed jobs of 10,000,000 took 8.7 s)."""
+
+
+def failed_groups(queue: str | None, kind: str | None,
+                  scan: int | None = None) -> _ops.Operation[list[dict[str, Any]]]:
+    """The newest `scan` (None: FAILED_GROUPS_SCAN) failed jobs of `queue` (None: all), those of `kind`
+    (None: all) among them, grouped by kind and first line of error, with count, first and last seen,
+    and `scanned`: how many failed jobs were read (`scan`: older ones were left out;
+    sql/dashboard_failed_groups.sql)."""
 
     def steps() -> _ops.Steps[list[dict[str, Any]]]:
         yield from _guard()
-        return [dict(r) for r in (yield _ops.Stmt("dashboard_failed_groups", {"queue": queue, "kind": kind}))]
+        return [dict(r) for r in (yield _ops.Stmt("dashboard_failed_groups",
+                                                  {"queue": queue, "kind": kind,
+                                                   "scan": FAILED_GROUPS_SCAN if scan is None else scan}))]
 
     return _read("dashboard_failed_groups", steps)
 

@@ -127,3 +127,33 @@ def test_limits_are_edited_and_workers_fit(page: Any, pgq_queue: Queue, db: SQL)
     expect(page.locator("#workers")).to_contain_text("host-a:4242:worker-1")
     _fits(page, "#workers")
     page.shot("workers")
+
+
+def test_queue_page_names_who_paused_it_and_its_unknown_kinds(page: Any, pgq_queue: Queue, db: SQL) -> None:
+    """The queue page shows the pause's actor and the database role it ran as (pgq.paused_queues), and
+    the queued jobs of kinds no live worker of the queue knows, per kind, as the overview does. Before,
+    it named the actor only and showed no unknown kinds."""
+    _busy_database(pgq_queue, db)  # billing paused by the test's role; its worker knows send_email, report
+    pgq_queue.resume("billing")
+    pgq_queue.pause("billing", actor="cli:ops-alice")
+    pgq_queue.enqueue_many([{"kind": "legacy_export", "queue": "billing"}] * 4)
+    pgq_queue.enqueue("resize_v2", queue="billing")
+    role = db("SELECT paused_role FROM pgq.paused_queues WHERE queue = 'billing'")[0]["paused_role"]
+    page.goto("/")
+    expect(page.locator('tr[data-queue="billing"] [data-unknown-kinds]')).to_contain_text(
+        "5 of unknown kinds: legacy_export, resize_v2")
+    _fits(page, "#queues")  # the note wraps under the number instead of widening the table
+    page.click('tr[data-queue="billing"] td.name a')
+    expect(page.locator("#paused-by")).to_have_text("cli:ops-alice")
+    expect(page.locator("#paused-role")).to_have_text(f"via role {role}")
+    unknown = page.locator("#unknown-kinds")
+    expect(unknown).to_contain_text("5 queued jobs of kinds no live worker of this queue knows")
+    expect(unknown).to_contain_text("legacy_export (4)")
+    expect(unknown).to_contain_text("resize_v2 (1)")
+    page.shot("queue-unknown-kinds")
+    unknown.locator('[data-unknown-kind="legacy_export"]').click()
+    expect(page.locator("tr[data-job-id]")).to_have_count(4)
+    # The API says the same.
+    data = page.request.get("/api/queues/billing").json()
+    assert data["paused_by"] == "cli:ops-alice" and data["paused_role"] == role
+    assert data["unknown_kinds"] == {"legacy_export": 4, "resize_v2": 1} and data["unknown_kinds_capped"] == []
