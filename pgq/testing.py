@@ -12,7 +12,7 @@ Registered through the `pytest11` entry point, so installing pgq makes the fixtu
 - `pgq_template_dsn` (session): a database migrated once with `pgq.migrate.upgrade`, used as template.
 - `pgq_dsn`: a fresh migrated database per test (copied from the template), dropped afterwards.
 - `pgq_empty_dsn`: a fresh empty database per test (for migration tests), dropped afterwards.
-- `pgq_queue`: a `pgq.Queue` on `pgq_dsn`, closed afterwards.
+- `pgq_queue`: a `pgq.Queue` on `pgq_dsn`, its pool connected before the test, closed afterwards.
 - `pgq_async_queue`: a factory of `pgq.AsyncQueue` context managers on `pgq_dsn`, for tests that run
   their own event loop (``asyncio.run``); no pytest-asyncio needed.
 - `pgq_embedded_server`: the embedded server, to stop and start it in restart tests (skips when the
@@ -263,9 +263,13 @@ def pgq_embedded_server(pgq_server: Server) -> Iterator[EmbeddedServer]:
 
 @pytest.fixture
 def pgq_queue(pgq_dsn: str) -> Iterator[Queue]:
-    """A `pgq.Queue` on a fresh migrated database (`pgq_dsn`), closed after the test."""
+    """A `pgq.Queue` on a fresh migrated database (`pgq_dsn`), its pool connected before the test
+    begins (nothing of it still connecting in the background), closed after the test."""
     queue = Queue(pgq_dsn)
     try:
+        # psycopg_pool opens connections in its own threads and draws from the global `random` as it
+        # does (expiry jitter): racing a Hypothesis test's draws, that read as a strategy using `random`.
+        queue.pool.wait()
         yield queue
     finally:
         queue.close()

@@ -20,6 +20,11 @@ from pgq.testing import Server
 SQL = Callable[..., list[dict[str, Any]]]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist registers it too; without xdist (plain pytest) the marker is inert, and known.
+    config.addinivalue_line("markers", "xdist_group(name): run on one process of a parallel run (dev.py test)")
+
+
 @pytest.fixture
 def db(pgq_dsn: str) -> Iterator[SQL]:
     """Run one SQL statement on the test database (autocommit) and return its rows as dicts."""

@@ -240,3 +240,12 @@ def test_drain_refuses_async_handlers_inside_a_running_loop(pgq_dsn: str) -> Non
         asyncio.run(inside())
     finally:
         app.close()
+
+
+def test_pgq_queue_starts_the_test_with_its_pool_connected(pgq_queue: pgq.Queue) -> None:
+    # The pool's threads have nothing left to do when the test begins. Opening a connection,
+    # psycopg_pool draws from the global `random` (its connection-expiry jitter): in a Hypothesis test
+    # that raced the draws of the first example, and Hypothesis took it for a strategy using `random`
+    # (a HypothesisDeprecationWarning, now and then, in the summary).
+    stats = pgq_queue.pool.get_stats()
+    assert stats["pool_size"] == stats.get("pool_available") == pgq_queue.pool.min_size, stats

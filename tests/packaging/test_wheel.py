@@ -15,7 +15,8 @@ import pytest
 from pgq import migrate
 from pgq.testing import Server
 
-pytestmark = pytest.mark.slow
+# One process of a parallel run builds the wheel and its venv once for the module (module fixtures).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("packaging")]
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -97,9 +97,15 @@ def test_an_upgrade_hands_new_objects_to_the_roles_found_by_the_schema_owner(rol
 
 
 def test_without_roles_migrate_creates_and_grants_nothing(pgq_empty_dsn: str) -> None:
-    before = _rows(pgq_empty_dsn, "SELECT rolname FROM pg_catalog.pg_roles ORDER BY 1")
+    # Roles are cluster-wide, and other tests (other processes of a parallel run, other runs on a
+    # shared server) create and drop their own meanwhile: look at the names pgq's SQL creates roles
+    # under (sql/roles/, the only CREATE ROLE it has), and at every grant below.
+    default = RoleNames.with_prefix()
+    names = [default.producer, default.worker, default.admin]
+    pgq_roles = "SELECT rolname FROM pg_catalog.pg_roles WHERE rolname = ANY(%s) ORDER BY 1"
+    before = _rows(pgq_empty_dsn, pgq_roles, [names])
     migrate.upgrade(pgq_empty_dsn)
-    assert _rows(pgq_empty_dsn, "SELECT rolname FROM pg_catalog.pg_roles ORDER BY 1") == before
+    assert _rows(pgq_empty_dsn, pgq_roles, [names]) == before
     me = _rows(pgq_empty_dsn, "SELECT current_user AS owner")
     assert _rows(pgq_empty_dsn, OWNERS) == me
     # No grant to anyone but the owner on any of pgq's tables.

@@ -24,12 +24,21 @@ def dev() -> ModuleType:
 
 
 def test_the_default_tier_leaves_out_slow_faults_and_browser_tests(dev: ModuleType) -> None:
-    assert dev.pytest_arguments([]) == (True, "the default tier", ["-m", "not slow and not faults and not browser"])
+    parallel = ["-n", str(dev.WORKERS), "--dist", "loadgroup"]
+    assert dev.pytest_arguments([]) == (
+        True, "the default tier", [*parallel, "-m", "not slow and not faults and not browser"])
     assert dev.pytest_arguments(["--no-lint", "-k", "claim"]) == (
-        False, "the default tier", ["-m", dev.DEFAULT_TIER, "-k", "claim"])
-    assert dev.pytest_arguments(["--all", "-x"]) == (True, "the whole test suite", ["-x"])
-    assert dev.pytest_arguments(["-m", "not slow"]) == (True, "the tests you selected", ["-m", "not slow"])
-    assert dev.pytest_arguments(["-mslow"])[2] == ["-mslow"]
+        False, "the default tier", [*parallel, "-m", dev.DEFAULT_TIER, "-k", "claim"])
+    assert dev.pytest_arguments(["--all", "-x"]) == (True, "the whole test suite", [*parallel, "-x"])
+    assert dev.pytest_arguments(["-m", "not slow"]) == (True, "the tests you selected", [*parallel, "-m", "not slow"])
+    assert dev.pytest_arguments(["-mslow"])[2] == [*parallel, "-mslow"]
+
+
+def test_the_suite_runs_in_parallel_unless_the_caller_says_how_many_processes(dev: ModuleType) -> None:
+    assert dev.WORKERS >= 2
+    for own in (["-n", "0"], ["-n0"], ["-n", "auto"], ["--numprocesses", "2"], ["--numprocesses=2"]):
+        assert dev.pytest_arguments(["--all", *own]) == (True, "the whole test suite", own), own
+    assert dev.MATRIX_TESTS[:4] == ["-n", "2", "--dist", "loadgroup"]
 
 
 def test_every_marker_of_the_suite_is_in_the_default_tier_or_named_by_it(dev: ModuleType) -> None:

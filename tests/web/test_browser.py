@@ -27,6 +27,8 @@ from tests.conftest import SQL, enqueue_after
 CHROMIUM = os.environ.get("PGQ_CHROMIUM", "/usr/bin/chromium")
 pytestmark = [
     pytest.mark.browser,
+    # One Chromium at a time, on one process of a parallel run (test_browser_operator.py shares this).
+    pytest.mark.xdist_group("browser"),
     pytest.mark.skipif(not Path(CHROMIUM).exists() and shutil.which(CHROMIUM) is None,
                        reason=f"no Chromium at {CHROMIUM} (apt-get install chromium; or set PGQ_CHROMIUM)"),
 ]
