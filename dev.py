@@ -194,10 +194,9 @@ def run_checks(log: IO[bytes]) -> int:
 PG_BINARIES = {"14": "14.23.0", "16": "16.15.0", "17": "17.11.0"}
 # What the matrix runs on each version: the schema and its migrations, every SQL operation, the
 # worker and job control. (The full suite runs on 15 and 18.)
-# Two processes a version: the three versions run side by side (and in CI beside the embedded suite).
-MATRIX_TESTS = ["-n", "2", "--dist", "loadgroup", "tests/migrations", "tests/integration",
-                "tests/worker/test_worker.py", "tests/worker/test_control.py", "-m", "not slow", "-q", "-p",
-                "no:randomly"]
+# One process a version: the three versions run side by side (and in CI beside the embedded suite).
+MATRIX_TESTS = ["-n", "0", "tests/migrations", "tests/integration", "tests/worker/test_worker.py",
+                "tests/worker/test_control.py", "-m", "not slow", "-q", "-p", "no:randomly"]
 
 
 def cmd_matrix(args: list[str]) -> int:
