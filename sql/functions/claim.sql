@@ -81,7 +81,7 @@ DECLARE
     prio        smallint;           -- the priority (a) scans (revision 0023)
     q_left      integer;            -- and what it may still reserve in the queue
     b_before    integer;            -- reservations before the second scan of (a)
-    solo        boolean := false;   -- the claim runs alone in its one queue's lane (revisions 0024, 0028)
+    solo        boolean := false;   -- the claim runs alone in its one queue (revision 0024, see there)
     q_key       bigint;             -- a queue's claim key (revision 0024)
     c_n         integer;            -- rows per kind a claim naming its kinds reads (revision 0027)
     c_more      boolean := false;   -- and a kind had more: read the priority again
@@ -165,31 +165,22 @@ BEGIN
     -- cannot get the shared key reserves all the same; a row the lone claim then takes first is
     -- lost to its reservation and reserved again, as with any other claim). The keys wait for
     -- nothing: each is tried once.
-    -- Revision 0028: two lanes. A queue has a second key (its key with the lowest bit flipped), and
-    -- a claim that finds the first one held tries the second: two claims may lock rows side by side,
-    -- the second skipping the rows the first holds, before claims reserve. Two worker processes on
-    -- one queue (the common deployment on a few cores) took turns at the lone path before, and the
-    -- one turned away reserved at most 256 rows at a higher cost per row: with two processes, W3
-    -- drained no faster than with one (bench/README.md, issue #47). A reserving claim holds both
-    -- keys shared.
     IF cardinality(wanted) = 1 AND cardinality(limited_kinds) = 0 AND (kinds IS NULL OR cardinality(kinds) = 1)
        AND NOT EXISTS (SELECT 1 FROM pgq.jobs j
                        WHERE j.status = 'queued' AND j.limited AND j.queue = wanted[1]
                        ORDER BY j.queue, j.kind LIMIT 1) THEN
-        solo := NULL;  -- may run alone: its one queue's lanes are tried below
-    END IF;
-    FOREACH q IN ARRAY wanted LOOP
-        q_key := ('x' || left(md5((SELECT s.secret FROM pgq.claim_secret s) || '/queue/' || q), 16))::bit(64)::bigint;
-        IF solo IS NULL THEN
-            solo := pg_try_advisory_xact_lock(q_key);
-            IF NOT solo THEN
-                solo := pg_try_advisory_xact_lock(q_key # 1);
-            END IF;
-        END IF;
+        q_key := ('x' || left(md5((SELECT s.secret FROM pgq.claim_secret s) || '/queue/' || wanted[1]), 16))
+                 ::bit(64)::bigint;
+        solo := pg_try_advisory_xact_lock(q_key);
         IF NOT solo THEN
-            PERFORM pg_try_advisory_xact_lock_shared(q_key), pg_try_advisory_xact_lock_shared(q_key # 1);
+            PERFORM pg_try_advisory_xact_lock_shared(q_key);
         END IF;
-    END LOOP;
+    ELSE
+        PERFORM pg_try_advisory_xact_lock_shared(
+                    ('x' || left(md5((SELECT s.secret FROM pgq.claim_secret s) || '/queue/' || w.name), 16))
+                    ::bit(64)::bigint)
+        FROM unnest(wanted) AS w(name);
+    END IF;
 
     -- Reservations are entries of PostgreSQL's shared lock table, which is finite: at most 256.
     -- Their keys are pgq.claim_key's (revision 0021): no role without pgq's rights can know one ahead.
@@ -959,7 +950,7 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION pgq.claim(text[], text[], integer, double precision, text) IS
-    'Claim up to lim (at most 256; 1,024 when it holds one of the two lanes of its one queue) ready jobs of the given queues (NULL: every queue) and kinds (NULL: any), '
+    'Claim up to lim (at most 256; 1,024 when the claim runs alone in its one queue) ready jobs of the given queues (NULL: every queue) and kinds (NULL: any), '
     'honouring pauses, concurrency and rate limits and per-group limits (pgq.group_limits) exactly, and '
     'taking group keys in turn within a priority: each gets a new attempt under a fresh lease token '
     'expiring lease_s seconds from now, claimed_by worker. Returns them in claim order (priority, run_at, id), '

@@ -1,5 +1,5 @@
 -- pgq schema, revision 0028 down: the bounds of revision 0020 in days and revision 0023's JSON
--- update trigger, which compares before it measures; pgq.claim of revision 0027 (one lane).
+-- update trigger, which compares before it measures.
 ALTER TABLE pgq.jobs
     DROP CONSTRAINT jobs_run_at_bounded,
     DROP CONSTRAINT jobs_lease_bounded,
@@ -23,5 +23,3 @@ CREATE TRIGGER jobs_json_bounded_update
                                                 AND pg_catalog.pg_column_size(NEW.progress) < 512)))
           OR (NEW.trace_context IS DISTINCT FROM OLD.trace_context AND NEW.trace_context IS NOT NULL))
     EXECUTE FUNCTION pgq.jobs_refuse_unbounded_json();
-
--- pgq:function claim@previous

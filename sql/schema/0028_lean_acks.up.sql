@@ -1,4 +1,5 @@
--- pgq schema, revision 0028: claims and acknowledgements that cost less (issue #47).
+-- pgq schema, revision 0028: what every claim and acknowledgement evaluates per row costs less
+-- (issue #47).
 --
 -- 1. The bounds of revision 0020 added `now() + interval '36526 days'` and `'1 day 1 hour'` to
 --    every new row version: an interval with days is calendar arithmetic in the session's time
@@ -12,7 +13,6 @@
 --    that is not compressed passes without a comparison, and what the trigger refuses is unchanged.
 --    With 1 and 2, in server instructions per job (bench/instructions.py; claims of 512,
 --    acknowledgements of 150): claims 102,754 -> 101,006, acknowledgements 101,480 -> 98,734.
--- 3. Two lanes for claims that lock rows directly: see pgq.claim (below).
 -- Added NOT VALID: checking every row would hold pgq.jobs locked for the scan (about 0.5 s per
 -- million rows), and every row already holds the same bounds in days. A table of up to 64 MB is
 -- checked at once; a larger one keeps them NOT VALID (enforced on every new row version all the
@@ -51,5 +51,3 @@ CREATE TRIGGER jobs_json_bounded_update
               AND NEW.progress IS DISTINCT FROM OLD.progress)
           OR (NEW.trace_context IS NOT NULL AND NEW.trace_context IS DISTINCT FROM OLD.trace_context))
     EXECUTE FUNCTION pgq.jobs_refuse_unbounded_json();
-
--- pgq:function claim

@@ -121,17 +121,16 @@ def test_an_open_unique_enqueue_holds_its_own_key_only(roles: Roles) -> None:
 def test_an_outsider_holding_guessable_queue_keys_keeps_no_claim_off_the_lone_path(
     roles: Roles, outsider: psycopg.Connection[Any],
 ) -> None:
-    """Revisions 0024 and 0028: a claim locks rows directly (no reservation, up to 1,024 rows a
-    statement) while it holds one of its queue's two lane keys, which derive from pgq.claim_secret.
-    An outsider holding every key it can derive without the secret (the md5 of the queue's name,
-    with and without the claim's '/queue/' prefix, and each with the lowest bit flipped, in both
-    lock spaces a bigint key can take) keeps no claim off that path: one statement of the worker
-    takes 1,024 of 1,500 jobs, where a reserving claim takes at most 256."""
+    """Revision 0024: a claim locks rows directly (no reservation, up to 1,024 rows a statement)
+    while it holds its queue's key, which derives from pgq.claim_secret. An outsider holding every
+    key it can derive without the secret (the md5 of the queue's name, with and without the claim's
+    '/queue/' prefix, each also with its lowest bit flipped) keeps no claim off that path: one
+    statement of the worker takes 1,024 of 1,500 jobs, where a reserving claim takes at most 256."""
     with pgq.Queue(roles.producer) as producer:
         ids = producer.enqueue_many([JobSpec("k", {"i": i}, queue="q") for i in range(1500)])
-    guesses = [("x" + hashlib.md5(text.encode()).hexdigest()[:16]) for text in ("q", "/queue/q", ":/queue/q")]
-    for guess in guesses:
-        key = int(guess[1:], 16) - (1 << 64 if int(guess[1:], 16) >= 1 << 63 else 0)
+    for text in ("q", "/queue/q", ":/queue/q"):
+        key = int(hashlib.md5(text.encode()).hexdigest()[:16], 16)
+        key -= 1 << 64 if key >= 1 << 63 else 0
         for k in (key, key ^ 1):
             outsider.execute("SELECT pg_advisory_lock(%s)", (k,))
     with psycopg.connect(roles.worker, autocommit=True) as conn:
