@@ -22,6 +22,7 @@ from .test_browser import (  # noqa: F401 - the fixtures, shared
     expect,
     pytestmark,
     server,
+    sync_api,
 )
 
 WIDTHS = [1024, 1440]
@@ -60,6 +61,19 @@ def _fits(page: Any, selector: str) -> None:
     assert widths[0] <= widths[1], (selector, widths)
 
 
+def _scroll_to(locator: Any) -> None:
+    """Scroll `locator`'s element into view. The overview's live refresh (every 5 s) replaces the
+    queue table, and an element it replaced while Playwright waited for it to be stable is detached:
+    the locator then finds the new one on the next try (CI saw it once, with the suite in parallel)."""
+    for attempt in range(5):
+        try:
+            locator.scroll_into_view_if_needed()
+            return
+        except sync_api.Error as exc:
+            if "not attached" not in str(exc) or attempt == 4:
+                raise
+
+
 def _busy_database(queue: Queue, db: SQL) -> None:
     for name in ("billing", "mail", "images", "reports-with-a-long-name"):
         queue.enqueue_many([{"kind": "send_email", "queue": name}] * 3)
@@ -80,7 +94,7 @@ def test_overview_and_queue_page_fit_and_resume(page: Any, pgq_queue: Queue, db:
     # The queue table may start below the fold (at 1024 px the tiles take two rows): scrolled to it,
     # the button is inside the viewport, which a table wider than its card would push it out of.
     pause = page.locator('tr[data-queue="mail"] button:has-text("Pause")')
-    pause.scroll_into_view_if_needed()
+    _scroll_to(pause)
     expect(pause).to_be_in_viewport()
     page.shot("overview")
 
