@@ -20,7 +20,7 @@ def test_dashboard_bench_runs_every_route_and_drops_its_database(pgq_server_dsn:
 
     filled = next(line for line in lines if line.startswith("filled: "))
     assert "2,000 finished" in filled
-    assert any(line.startswith("counted the finished jobs into pgq.finished_counts") for line in lines)
+    assert any(line.strip().startswith("counted the finished jobs into pgq.finished_counts") for line in lines)
     header = lines.index(next(line for line in lines if line.startswith("route")))
     rows = lines[header + 1:-2]
     assert len(rows) == 38  # 29, the queue page's four and the counts' charts and API (#44)
