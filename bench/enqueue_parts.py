@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
 import psycopg
-from private_cluster import ROOT, CallgrindCluster, bindir
+from private_cluster import ROOT, CallgrindCluster, throwaway
 
 VARIANTS: dict[str, list[str]] = {
     "as migrated": [],
@@ -46,11 +43,7 @@ LIMITED_EXPR = """           i.group_key IS NOT NULL
 
 def per_job(cluster: CallgrindCluster, db: str, ddl: list[str], statement: str, jobs: int, batch: int) -> float:
     """Instructions per job of `statement` (job_insert.sql) in a new database `db` changed by `ddl`."""
-    with psycopg.connect(cluster.dsn + "postgres", autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {db}")
-    subprocess.run([sys.executable, "-m", "pgq", "migrate", "--dsn", cluster.dsn + db], cwd=ROOT, check=True,
-                   stdout=subprocess.DEVNULL)
-    with psycopg.connect(cluster.dsn + db, autocommit=True) as conn:
+    with psycopg.connect(cluster.migrated_database(db, ROOT), autocommit=True) as conn:
         for step in ddl:
             conn.execute(step.encode())
     params = {"kind": "k", "kinds": None, "queue": "q", "queues": None, "priority": 0, "priorities": None,
@@ -82,20 +75,13 @@ def main() -> int:
         parser.error("sql/job_insert.sql no longer computes `limited` as this script expects")
     variants = [(name, ddl, statement) for name, ddl in VARIANTS.items()]
     variants.append((NOT_LIMITED, [], statement.replace(LIMITED_EXPR, "           false,")))
-    with tempfile.TemporaryDirectory(prefix="pgq-enqueue-parts-") as tmp_name:
-        tmp = Path(tmp_name)
-        tmp.chmod(0o755)  # the server may run as another user (postgres, when this runs as root)
-        (tmp / "server").mkdir()
-        cluster = CallgrindCluster(bindir(opts.bindir), tmp / "server")
-        try:
-            print(f"server instructions per enqueued job, {opts.jobs} jobs in batches of {opts.batch}")
-            base = None
-            for i, (name, ddl, sql) in enumerate(variants):
-                got = per_job(cluster, f"parts_{i}", ddl, sql, opts.jobs, opts.batch)
-                base = got if base is None else base
-                print(f"  {name:<40} {got:9,.0f}  ({got - base:+9,.0f})", flush=True)
-        finally:
-            cluster.stop()
+    with throwaway(CallgrindCluster, opts.bindir, "pgq-enqueue-parts-") as (cluster, _tmp):
+        print(f"server instructions per enqueued job, {opts.jobs} jobs in batches of {opts.batch}")
+        base = None
+        for i, (name, ddl, sql) in enumerate(variants):
+            got = per_job(cluster, f"parts_{i}", ddl, sql, opts.jobs, opts.batch)
+            base = got if base is None else base
+            print(f"  {name:<40} {got:9,.0f}  ({got - base:+9,.0f})", flush=True)
     return 0
 
 

@@ -33,10 +33,9 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from private_cluster import ROOT, CallgrindCluster, bindir, export_tree
+from private_cluster import ROOT, CallgrindCluster, export_tree, throwaway
 
 PHASES = r'''
 import os, sys
@@ -119,13 +118,8 @@ def measure(cluster: CallgrindCluster, name: str, tree: Path, jobs: int, b: int,
     import psycopg
 
     db = f"instr_{name}"
-    with psycopg.connect(cluster.dsn + "postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {db}")
-        conn.execute(f"CREATE DATABASE {db}")
+    cluster.migrated_database(db, tree)
     env = dict(os.environ, PYTHONPATH=str(tree), PGQ_INSTR_ENQUEUE=str(e), PGQ_INSTR_JOBS=str(jobs))
-    # Run from the tree: `python -m` puts the working directory first on sys.path.
-    subprocess.run([sys.executable, "-m", "pgq", "migrate", "--dsn", cluster.dsn + db], env=env, cwd=tree,
-                   check=True, stdout=subprocess.DEVNULL)
     with psycopg.connect(cluster.dsn + db, autocommit=True) as conn:
         conn.execute("INSERT INTO pgq.jobs (queue, kind, payload) "
                      "SELECT 'bench', 'bench', '{\"i\": 1}' FROM generate_series(1, %s)", (jobs + 4 * b,))
@@ -151,15 +145,10 @@ def measure_wake(cluster: CallgrindCluster, name: str, tree: Path, wakes: int, l
     """Instructions per wake-up of an idle worker for the pgq of `tree`: the enqueue of one job into
     an empty queue (the producer's backend) and the claim that takes it, asking for `limit` jobs (the
     worker's backend)."""
-    import psycopg
 
     db = f"wake_{name}"
-    with psycopg.connect(cluster.dsn + "postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {db}")
-        conn.execute(f"CREATE DATABASE {db}")
+    cluster.migrated_database(db, tree)
     env = dict(os.environ, PYTHONPATH=str(tree))
-    subprocess.run([sys.executable, "-m", "pgq", "migrate", "--dsn", cluster.dsn + db], env=env, cwd=tree,
-                   check=True, stdout=subprocess.DEVNULL)
     script = tmp / "wake.py"
     script.write_text(WAKE)
     # The claim asks for the kinds the tree's worker asks for: its app's since revision 0027, any before.
@@ -200,38 +189,31 @@ def main() -> int:
         opts.keep.mkdir(parents=True, exist_ok=True)
     if not shutil.which("valgrind"):
         parser.error("valgrind is not installed (Debian: apt-get install valgrind)")
-    with tempfile.TemporaryDirectory(prefix="pgq-instructions-") as tmp_name:
-        tmp = Path(tmp_name)
-        tmp.chmod(0o755)  # the server may run as another user (postgres, when this runs as root)
-        (tmp / "server").mkdir()
-        cluster = CallgrindCluster(bindir(opts.bindir), tmp / "server")
-        try:
-            sides = {"HEAD": ROOT, opts.baseline: export_tree(opts.baseline, tmp)}
-            if opts.wake:
-                print(f"instructions per wake-up, {opts.wake} wake-ups, claims of up to {opts.wake_limit} "
-                      f"({bindir(opts.bindir)})")
-                wakes = {name: measure_wake(cluster, f"s{i}", tree, opts.wake, opts.wake_limit, tmp)
-                         for i, (name, tree) in enumerate(sides.items())}
-                for name, (enq, claim) in wakes.items():
-                    print(f"  {name:>10}: enqueue {enq:9,.0f}  claim {claim:9,.0f}  both {enq + claim:9,.0f}")
-                (he, hc), (be, bc) = wakes["HEAD"], wakes[opts.baseline]
-                print(f"  HEAD / {opts.baseline}: enqueue {he / be:.3f}  claim {hc / bc:.3f}  "
-                      f"both {(he + hc) / (be + bc):.3f}")
-                return 0
-            print(f"instructions per job, {opts.jobs} jobs, claims of {opts.claim_batch}, acknowledgements of "
-                  f"{opts.complete_batch}, enqueues of {opts.enqueue_batch} ({bindir(opts.bindir)})")
-            results: dict[str, tuple[float, float, float]] = {}
-            for i, (name, tree) in enumerate(sides.items()):
-                results[name] = measure(cluster, f"s{i}", tree, opts.jobs, opts.claim_batch, opts.complete_batch,
-                                        opts.enqueue_batch, tmp, opts.keep, name)
-                claim, complete, enqueue = results[name]
-                print(f"  {name:>10}: claim {claim:9,.0f}  complete {complete:9,.0f}  both {claim + complete:9,.0f}"
-                      f"  enqueue {enqueue:9,.0f}", flush=True)
-            (hc, hk, he), (bc, bk, be) = results["HEAD"], results[opts.baseline]
-            print(f"  HEAD / {opts.baseline}: claim {hc / bc:.3f}  complete {hk / bk:.3f}  "
-                  f"both {(hc + hk) / (bc + bk):.3f}  enqueue {he / be:.3f}")
-        finally:
-            cluster.stop()
+    with throwaway(CallgrindCluster, opts.bindir, "pgq-instructions-") as (cluster, tmp):
+        sides = {"HEAD": ROOT, opts.baseline: export_tree(opts.baseline, tmp)}
+        if opts.wake:
+            print(f"instructions per wake-up, {opts.wake} wake-ups, claims of up to {opts.wake_limit} "
+                  f"({cluster.bins})")
+            wakes = {name: measure_wake(cluster, f"s{i}", tree, opts.wake, opts.wake_limit, tmp)
+                     for i, (name, tree) in enumerate(sides.items())}
+            for name, (enq, claim) in wakes.items():
+                print(f"  {name:>10}: enqueue {enq:9,.0f}  claim {claim:9,.0f}  both {enq + claim:9,.0f}")
+            (he, hc), (be, bc) = wakes["HEAD"], wakes[opts.baseline]
+            print(f"  HEAD / {opts.baseline}: enqueue {he / be:.3f}  claim {hc / bc:.3f}  "
+                  f"both {(he + hc) / (be + bc):.3f}")
+            return 0
+        print(f"instructions per job, {opts.jobs} jobs, claims of {opts.claim_batch}, acknowledgements of "
+              f"{opts.complete_batch}, enqueues of {opts.enqueue_batch} ({cluster.bins})")
+        results: dict[str, tuple[float, float, float]] = {}
+        for i, (name, tree) in enumerate(sides.items()):
+            results[name] = measure(cluster, f"s{i}", tree, opts.jobs, opts.claim_batch, opts.complete_batch,
+                                    opts.enqueue_batch, tmp, opts.keep, name)
+            claim, complete, enqueue = results[name]
+            print(f"  {name:>10}: claim {claim:9,.0f}  complete {complete:9,.0f}  both {claim + complete:9,.0f}"
+                  f"  enqueue {enqueue:9,.0f}", flush=True)
+        (hc, hk, he), (bc, bk, be) = results["HEAD"], results[opts.baseline]
+        print(f"  HEAD / {opts.baseline}: claim {hc / bc:.3f}  complete {hk / bk:.3f}  "
+              f"both {(hc + hk) / (bc + bk):.3f}  enqueue {he / be:.3f}")
     return 0
 
 

@@ -10,9 +10,14 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tarfile
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,6 +84,19 @@ class PrivateCluster:
             time.sleep(0.2)
         raise SystemExit(f"the private server did not start: {where / 'server.log'}")
 
+    def migrated_database(self, db: str, tree: Path) -> str:
+        """Create database `db` anew (dropped first if it exists), migrate it with the pgq of `tree`
+        (its own `pgq migrate`, run from the tree: `python -m` puts the working directory first on
+        sys.path) and return its DSN."""
+        import psycopg
+
+        with psycopg.connect(self.dsn + "postgres", autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {db}")
+            conn.execute(f"CREATE DATABASE {db}")
+        subprocess.run([sys.executable, "-m", "pgq", "migrate", "--dsn", self.dsn + db],
+                       env=dict(os.environ, PYTHONPATH=str(tree)), cwd=tree, check=True, stdout=subprocess.DEVNULL)
+        return self.dsn + db
+
     def user_cmd(self, cmd: list[str]) -> list[str]:
         """`cmd` as the cluster's user."""
         return ["runuser", "-u", self.user, "--", *cmd] if self.user else cmd
@@ -116,3 +134,22 @@ class CallgrindCluster(PrivateCluster):
                         return int(line.split()[1])
             time.sleep(0.1)
         raise RuntimeError(f"callgrind wrote no totals to {path}")
+
+
+C = TypeVar("C", bound=PrivateCluster)
+
+
+@contextmanager
+def throwaway(kind: type[C], given_bindir: str | None, prefix: str) -> Iterator[tuple[C, Path]]:
+    """A cluster of class `kind` in a new temporary folder (named with `prefix`), started with the
+    binaries of `bindir(given_bindir)`; yields it and the folder (for exported trees and scripts),
+    stops it and deletes the folder at the end."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp_name:
+        tmp = Path(tmp_name)
+        tmp.chmod(0o755)  # the server may run as another user (postgres, when this runs as root)
+        (tmp / "server").mkdir()
+        cluster = kind(bindir(given_bindir), tmp / "server")
+        try:
+            yield cluster, tmp
+        finally:
+            cluster.stop()

@@ -24,12 +24,11 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import psycopg
-from private_cluster import ROOT, PrivateCluster, bindir, export_tree
+from private_cluster import ROOT, PrivateCluster, export_tree, throwaway
 
 QUEUE = "walq"
 KIND = "pgq.bench.noop"  # the bench App's task (pgq.cli.bench.workers), present at caf8cde too
@@ -57,14 +56,8 @@ def lsn(dsn: str, checkpoint: bool) -> int:
 def one_side(cluster: PrivateCluster, tree: Path, db: str, jobs: int, batch: int, concurrency: int,
              checkpoint: bool) -> tuple[float, float]:
     """WAL bytes per job of the enqueue and of the drain, on a new database `db` for the pgq of `tree`."""
-    with psycopg.connect(cluster.dsn + "postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {db}")
-        conn.execute(f"CREATE DATABASE {db}")
-    dsn = cluster.dsn + db
+    dsn = cluster.migrated_database(db, tree)
     env = dict(os.environ, PYTHONPATH=str(tree), PGQ_BENCH_QUEUE=QUEUE, PGQ_BENCH_DSN=dsn)
-    # Run from the tree: `python -m` puts the working directory first on sys.path.
-    subprocess.run([sys.executable, "-m", "pgq", "migrate", "--dsn", dsn], env=env, cwd=tree, check=True,
-                   stdout=subprocess.DEVNULL)
     start = lsn(dsn, checkpoint)
     subprocess.run([sys.executable, "-c", ENQUEUE, dsn, QUEUE, KIND, str(jobs), str(batch)], env=env, cwd=tree,
                    check=True)
@@ -105,33 +98,26 @@ def main() -> int:
     opts = parser.parse_args()
     if min(opts.rounds, opts.jobs, opts.batch, opts.concurrency) < 1:
         parser.error("--rounds, --jobs, --batch and --concurrency must be at least 1")
-    with tempfile.TemporaryDirectory(prefix="pgq-wal-") as tmp_name:
-        tmp = Path(tmp_name)
-        tmp.chmod(0o755)  # the server may run as another user (postgres, when this runs as root)
-        (tmp / "server").mkdir()
-        cluster = PrivateCluster(bindir(opts.bindir), tmp / "server")
-        try:
-            sides = {"HEAD": ROOT, opts.baseline: export_tree(opts.baseline, tmp)}
-            print(f"WAL bytes per job: {opts.jobs} jobs enqueued in batches of {opts.batch}, drained by a worker "
-                  f"of {opts.concurrency} slots; {'no ' if opts.no_checkpoint else ''}CHECKPOINT before each phase")
-            got: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
-            for r in range(opts.rounds):
-                order = list(sides.items()) if r % 2 == 0 else list(sides.items())[::-1]
-                for i, (name, tree) in enumerate(order):
-                    enq, drain = one_side(cluster, tree, f"wal_{r}_{i}", opts.jobs, opts.batch, opts.concurrency,
-                                          not opts.no_checkpoint)
-                    got[name].append((enq, drain))
-                    print(f"  round {r + 1} {name:>10}: enqueue {enq:7.0f}  drain {drain:7.0f}  "
-                          f"total {enq + drain:7.0f}", flush=True)
-            med = {name: (statistics.median(e for e, _ in v), statistics.median(d for _, d in v))
-                   for name, v in got.items()}
-            for name, (enq, drain) in med.items():
-                print(f"  median {name:>10}: enqueue {enq:7.0f}  drain {drain:7.0f}  total {enq + drain:7.0f}")
-            (he, hd), (be, bd) = med["HEAD"], med[opts.baseline]
-            print(f"  HEAD / {opts.baseline}: enqueue {he / be:.3f}  drain {hd / bd:.3f}  "
-                  f"total {(he + hd) / (be + bd):.3f}")
-        finally:
-            cluster.stop()
+    with throwaway(PrivateCluster, opts.bindir, "pgq-wal-") as (cluster, tmp):
+        sides = {"HEAD": ROOT, opts.baseline: export_tree(opts.baseline, tmp)}
+        print(f"WAL bytes per job: {opts.jobs} jobs enqueued in batches of {opts.batch}, drained by a worker "
+              f"of {opts.concurrency} slots; {'no ' if opts.no_checkpoint else ''}CHECKPOINT before each phase")
+        got: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
+        for r in range(opts.rounds):
+            order = list(sides.items()) if r % 2 == 0 else list(sides.items())[::-1]
+            for i, (name, tree) in enumerate(order):
+                enq, drain = one_side(cluster, tree, f"wal_{r}_{i}", opts.jobs, opts.batch, opts.concurrency,
+                                      not opts.no_checkpoint)
+                got[name].append((enq, drain))
+                print(f"  round {r + 1} {name:>10}: enqueue {enq:7.0f}  drain {drain:7.0f}  "
+                      f"total {enq + drain:7.0f}", flush=True)
+        med = {name: (statistics.median(e for e, _ in v), statistics.median(d for _, d in v))
+               for name, v in got.items()}
+        for name, (enq, drain) in med.items():
+            print(f"  median {name:>10}: enqueue {enq:7.0f}  drain {drain:7.0f}  total {enq + drain:7.0f}")
+        (he, hd), (be, bd) = med["HEAD"], med[opts.baseline]
+        print(f"  HEAD / {opts.baseline}: enqueue {he / be:.3f}  drain {hd / bd:.3f}  "
+              f"total {(he + hd) / (be + bd):.3f}")
     return 0
 
 

@@ -243,7 +243,8 @@ class Metrics:
         unknown = GaugeMetricFamily("pgq_queue_unknown_kind_jobs",
                                     "Queued jobs of a kind no live worker claiming from the queue knows: they wait, "
                                     "untouched, until a worker whose app has the task starts. Counted up to "
-                                    "10,000 per queue and kind (10,000: that many or more).",
+                                    f"{_ops.UNKNOWN_KINDS_CAP:,} per queue and kind ({_ops.UNKNOWN_KINDS_CAP:,}: "
+                                    "that many or more).",
                                     labels=("queue", "kind"))
         for queue in sorted(rows):
             row = rows[queue]

@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._ops import UNKNOWN_KINDS_CAP
 from .args import int_range, seconds_arg
 from .common import EXIT_OK, EXIT_USAGE, CliError, Commands, Formatter, open_queue
 from .render import cell, format_age, print_rows, render_table, seconds_of
@@ -33,8 +34,8 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
             "A paused queue (pgq queue pause) is marked '(paused)'.\n"
             "Queued jobs of kinds that no live worker of their queue has a task for (a rolling deploy;\n"
             "see docs/operations.md) are listed below the table, by queue and kind; in --json each row\n"
-            "has them as unknown_kinds: {kind: jobs}, each counted up to 10,000 (the kinds with more are\n"
-            "in unknown_kinds_capped and shown as 'more than 10000')."
+            f"has them as unknown_kinds: {{kind: jobs}}, each counted up to {UNKNOWN_KINDS_CAP:,} (the kinds with "
+            f"more are\nin unknown_kinds_capped and shown as 'more than {UNKNOWN_KINDS_CAP}')."
         ),
     )
     p.add_argument("--json", action="store_true", help="print JSON (ages in seconds) instead of a table")
