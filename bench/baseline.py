@@ -17,8 +17,9 @@ setup_venvs.sh makes them), with its own database and schema (the harness's inst
 are printed beside pgq's, with HEAD / NAME.
 
 Prints one line per run and then, per workload, the median of each side and HEAD / baseline: jobs/s
-(whole run and steady, from the first job done) for W2 and W3, and the wake-up p50 and p99 (ms) for W4,
-where a ratio below 1 is better. Hot-path changes report this output next to the ABBA against the
+(whole run and steady, from the first job done) for W2 and W3, W3's worker CPU per job (µs, the worker
+processes' user and system time over the jobs done), and the wake-up p50 and p99 (ms) for W4, where a
+ratio below 1 is better (and for CPU per job). Hot-path changes report this output next to the ABBA against the
 commit before them; the baseline moves only when a release is cut and its figures are recorded
 (bench/README.md).
 """
@@ -91,7 +92,11 @@ def install(harness: Path, tree: Path, base_dsn: str) -> None:
 def figures(record: dict[str, object]) -> dict[str, float]:
     """The numbers this script compares, from one harness record."""
     keys = ("jobs_per_s", "steady_jobs_per_s", "lat_p50_ms", "lat_p99_ms")
-    return {k: float(v) for k in keys if isinstance((v := record.get(k)), int | float)}
+    got = {k: float(v) for k in keys if isinstance((v := record.get(k)), int | float)}
+    cpu, jobs = record.get("worker_cpu_s"), record.get("jobs")
+    if isinstance(cpu, int | float) and isinstance(jobs, int) and jobs > 0:
+        got["worker_cpu_us_per_job"] = round(cpu / jobs * 1e6, 1)  # W3: the worker processes' CPU per job
+    return got
 
 
 def main() -> int:
@@ -165,7 +170,7 @@ def main() -> int:
     print(f"\nmedians over {opts.rounds} rounds; ratio = HEAD / {opts.baseline}")
     for name, _ in workloads:
         head, base = results[(name, "HEAD")], results[(name, opts.baseline)]
-        for key in ("jobs_per_s", "steady_jobs_per_s", "lat_p50_ms", "lat_p99_ms"):
+        for key in ("jobs_per_s", "steady_jobs_per_s", "lat_p50_ms", "lat_p99_ms", "worker_cpu_us_per_job"):
             if name == "w4" and key == "jobs_per_s":
                 continue  # W4 enqueues at a fixed rate
             h = [r[key] for r in head if key in r]

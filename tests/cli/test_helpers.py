@@ -210,9 +210,49 @@ def test_the_direct_finish_line_gives_way_to_any_other_handler_or_filter() -> No
         assert not sink(logging.INFO, object(), "succeeded", 0.1)
     finally:
         worker.removeHandler(extra_handler)
-    setup_logging("INFO", "text", io.StringIO(), quiet=True)  # --quiet filters: the logging module decides
+    setup_logging("INFO", "text", io.StringIO(), quiet=True)
     sink = finish_sink()
-    assert sink is not None and not sink(logging.INFO, object(), "succeeded", 0.1)
+    assert sink is not None
+    handler = logging.getLogger().handlers[0]
+    handler.addFilter(lambda r: True)  # a filter of the application's: the logging module decides
+    try:
+        assert not sink(logging.INFO, object(), "succeeded", 0.1)
+    finally:
+        handler.filters.pop()
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_quiet_drops_the_finish_lines_below_warning_without_a_log_record(
+        fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--quiet` leaves out a success's line before any LogRecord is made for its filter to drop
+    (which cost a quiet worker more per job than writing the line); lines at WARNING and above are
+    still written, the same way as without --quiet."""
+    from pgq.models import Job, JobStatus
+    from pgq.worker.outcome import FINISH_LEVELS, finish_sink
+
+    now = dt.datetime.now(dt.UTC)
+    job = Job(id=7, queue="q", kind="k", payload={}, priority=0, status=JobStatus.RUNNING, run_at=now,
+              attempts=1, max_attempts=3, dedupe_key=None, lease_token=None, lease_expires_at=now,
+              claimed_by="w", last_error=None, result=None, input_watermark=None, done_watermark=None,
+              created_at=now, started_at=now, finished_at=None)
+    out = io.StringIO()
+    setup_logging("INFO", fmt, out, quiet=True)
+    made: list[logging.LogRecord] = []
+    real = logging.Logger.makeRecord
+    monkeypatch.setattr(logging.Logger, "makeRecord", lambda self, *a, **k: made.append(r := real(self, *a, **k)) or r)
+    sink = finish_sink()
+    assert sink is not None
+    for outcome in ("succeeded", "snoozed", "released", "cancelled"):
+        assert sink(FINISH_LEVELS[outcome], job, outcome, 0.01)
+    assert out.getvalue() == "" and made == []
+    warned = sink(FINISH_LEVELS["lease lost"], job, "lease lost", 0.01)
+    if fmt == "text":
+        assert warned and "job 7 k attempt 1/3: lease lost" in out.getvalue()
+    else:
+        assert not warned  # JSON lines go through the logging module, which writes it
+    setup_logging("INFO", fmt, io.StringIO())
+    sink = finish_sink()
+    assert (sink is not None) == (fmt == "text")
     setup_logging("INFO", "json", io.StringIO())
     assert finish_sink() is None
 
