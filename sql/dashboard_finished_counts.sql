@@ -11,7 +11,9 @@
 -- jobs: a backward range scan of jobs_finished_idx (finished jobs only) that stops after `cap` rows,
 -- so that a dashboard whose counts are not kept (no worker running) costs what the last `cap`
 -- finished jobs cost, no more. `live` says which rows came from the jobs: when they add up to
--- `cap`, the count is partial. Finished jobs older than `since` are never read.
+-- `cap`, the count is partial. Finished jobs older than `since` are never read. With `buckets`
+-- false only the rows per queue, kind and status are returned (the overview's 24 hours: some 300
+-- rows per hour and bucket fewer to send and decode).
 WITH counted AS (
     SELECT c.minute AS at, c.queue, c.kind, c.status, c.jobs
     FROM pgq.finished_counts c
@@ -55,3 +57,4 @@ FROM (
     ) u
     GROUP BY GROUPING SETS ((u.bucket, u.queue, u.status, u.live), (u.queue, u.kind, u.status))
 ) g
+WHERE %(buckets)s::boolean OR g.bucket IS NULL

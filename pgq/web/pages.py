@@ -19,7 +19,7 @@ from ..models import JobStatus
 from . import actions, chart, limits, params, queries
 from .dashboard import Dashboard
 from .errors import HttpError
-from .queue_page import CANCELLED_SCAN, TABS, queue_page
+from .queue_page import CANCELLED_CAP, TABS, queue_page
 from .security import CSRF_FIELD
 from .views import TIME_FACTS, queue_path
 
@@ -209,7 +209,7 @@ class Pages:
         return self.render(request, "queue.html", live="_queue.html", section="overview", data=data, q=s,
                            now=data.now, chart=chart.throughput_chart(own), tabs=TABS,
                            can_pause=can_act and data.rights.pause, can_bulk=False,
-                           finished_cap=queries.FINISHED_CAP, cancelled_scan=CANCELLED_SCAN)
+                           finished_cap=queries.FINISHED_CAP, cancelled_cap=CANCELLED_CAP)
 
     async def workers(self, request: Request) -> Response:
         """`/workers`: every registered worker (idle ones too) and those holding jobs, and the running jobs."""
