@@ -21,7 +21,7 @@ from .dashboard import Dashboard
 from .errors import HttpError
 from .queue_page import CANCELLED_CAP, TABS, queue_page
 from .security import CSRF_FIELD
-from .views import TIME_FACTS, queue_path
+from .views import queue_path
 
 __all__ = ["LIVE_HEADER", "Pages", "version"]
 
@@ -190,8 +190,7 @@ class Pages:
             raise HttpError(404, f"job {job_id} not found")
         return self.render(request, "job.html", live="_job.html", section="jobs", job=detail.job,
                            deps=detail.dependencies, now=detail.now, rights=detail.rights,
-                           explanation=detail.explanation, blockers=detail.blockers, audit=detail.audit,
-                           time_facts=TIME_FACTS)
+                           explanation=detail.explanation, blockers=detail.blockers, audit=detail.audit)
 
     async def queue(self, request: Request) -> Response:
         """`/queues/{name}` (or `/queue?name=`, for a name a browser would rewrite in a path): the

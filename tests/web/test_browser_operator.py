@@ -5,6 +5,7 @@ each under $PGQ_TEST_ARTIFACTS (see test_browser.py), and no console error."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -215,3 +216,32 @@ def test_overview_says_more_than_the_cap_of_handed_back_jobs(page: Any, pgq_queu
     _fits(page, "#queues")
     page.shot("overview-unknown-kind-capped")
 
+
+def test_job_page_explains_with_readable_times_and_the_holders_state(page: Any, pgq_queue: Queue) -> None:
+    """Issue #44: the explain panel shows its times readably with their relative time (it printed
+    PostgreSQL's timestamp to the microsecond, and the time again after it), and the state of the job
+    holding a sequence, with when it finished."""
+    first = pgq_queue.enqueue("sync", queue="accounts", sequence_key="acct:42", max_attempts=1)
+    second = pgq_queue.enqueue("sync", queue="accounts", sequence_key="acct:42")
+    (claim,) = pgq_queue.claim(worker="host-1", queues=["accounts"])
+    pgq_queue.fail(claim, "ValueError: account acct:42 is locked")
+    later = pgq_queue.enqueue("report", queue="accounts", delay=7200)
+
+    page.goto(f"/jobs/{first}")
+    finished = page.locator('#explain [data-reason="finished"]')
+    expect(finished).to_contain_text("failed at ")
+    expect(finished.locator('[data-fact="finished_at"]')).to_contain_text(" UTC (")
+    expect(finished.locator('[data-fact="finished_at"]')).to_contain_text("ago)")
+    assert not re.search(r"\d\d:\d\d:\d\d\.\d", finished.inner_text())  # no microseconds
+    assert finished.inner_text().count(" UTC") == 1  # the time once
+    page.shot("explain-finished")
+    page.goto(f"/jobs/{second}")
+    held = page.locator('#explain [data-reason="sequence_held"]')
+    expect(held.locator(f'[data-blocker="{first}"]')).to_contain_text("failed")
+    expect(held.locator(f'[data-blocker="{first}"]')).to_contain_text("ago")
+    page.shot("explain-sequence-held")
+    page.goto(f"/jobs/{later}")
+    expect(page.locator('#explain [data-reason="scheduled"] [data-fact="run_at"]')).to_contain_text("(in ")
+    row = page.locator('#explain [data-reason="scheduled"]')
+    box = row.bounding_box()
+    assert box is not None and box["height"] < 40, box  # one line, not wrapped

@@ -167,7 +167,9 @@ def test_single_actions_and_pauses_name_the_hosts_user(dashboard: Client, pgq_qu
     client.post(f"/api/jobs/{cancelled}/cancel", headers={**JSON, "X-User": "alice"})
     page = unescape(client.get(f"/jobs/{cancelled}").text)
     assert 'data-field="actor">alice<' in page
-    assert re.search(r"finished: cancelled at [^<]* by alice \(via role postgres\) after 0 attempt", page)
+    assert re.search(r'cancelled at <span class="fact-time" data-fact="finished_at"><time [^>]*>[\d:]+ UTC</time> '
+                     r'<span class="subtle">\([^)]+\)</span></span> by alice \(via role postgres\) after 0 attempt',
+                     page)
 
 
 def test_pause_all_pauses_every_queue_listed(dashboard: Client, pgq_queue: Queue, db: SQL) -> None:
@@ -242,7 +244,8 @@ def test_job_page_shows_progress_as_a_bar_and_explain_with_times_and_blockers(
     waiting = client.get(f"/jobs/{child}").text
     assert re.search(rf'data-blocker="{parent}"><span class="badge badge-queued">queued', waiting)
     scheduled = client.get(f"/jobs/{later}").text
-    assert re.search(r'data-fact="run_at"><time [^>]*>in (1h 59m|2h)', scheduled), scheduled[:0]
+    assert re.search(r'data-fact="run_at"><time [^>]*>[\d:]+ UTC</time> <span class="subtle">\(in (1h 59m|2h)',
+                     scheduled), scheduled[:0]
 
 
 def test_the_overview_says_plainly_when_its_counts_are_partial(dashboard: Client, pgq_queue: Queue,
