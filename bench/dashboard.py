@@ -222,13 +222,13 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def measure(dsn: str, warmup: int, repeat: int, only: list[str] | None = None) -> list[tuple[str, list[float]]]:
-    """Request every route (those labelled as one of `only`, or starting so where it ends in "*", when
-    given; then no action);
-    return (label, server times in ms) per route."""
-    app_ = pgq.App(dsn)
-    app_.periodic(every=60, name="tidy_up")(lambda: None)
-    dashboard = create_app(dsn, app=app_, trust_network=True)
+Route = tuple[str, str, dict[str, str]]
+
+
+def routes(dsn: str, paths: set[str], only: list[str] | None = None) -> tuple[list[Route], list[int]]:
+    """The GET routes to measure on the database `dsn` as (label, path, headers), those of the
+    dashboard's route `paths` that exist (the queue page, the longer charts), only those labelled as
+    one of `only` (or starting so where it ends in "*") when given; and the ids of the actions' jobs."""
     with psycopg.connect(dsn) as conn:
         one = conn.execute(b"SELECT max(id) FROM pgq.jobs WHERE status = 'failed'").fetchone()
         middle = conn.execute(b"SELECT (max(id) + min(id)) / 2 FROM pgq.jobs").fetchone()
@@ -236,7 +236,7 @@ async def measure(dsn: str, warmup: int, repeat: int, only: list[str] | None = N
         actions = [r[0] for r in conn.execute(b"SELECT id FROM pgq.jobs WHERE queue = 'bench-actions' ORDER BY id")]
     assert one is not None and middle is not None and ready is not None
     job, mid, queued = one[0], middle[0], ready[0]
-    gets = [
+    gets: list[Route] = [
         ("GET /", "/", {}),
         ("GET / (live refresh)", "/", {"X-Pgq-Live": "1"}),
         ("GET /jobs", "/jobs", {}),
@@ -264,7 +264,6 @@ async def measure(dsn: str, warmup: int, repeat: int, only: list[str] | None = N
         ("GET /api/jobs/{id}/explain (queued)", f"/api/jobs/{queued}/explain", {}),
         ("GET /jobs/bulk?action=retry&status=failed (count)", "/jobs/bulk?action=retry&status=failed", {}),
     ]
-    paths = {getattr(r, "path", "") for r in dashboard.routes}
     if "/api/throughput" in paths:  # charts beyond the hour (#44)
         gets += [
             ("GET /?range=24h", "/?range=24h", {}),
@@ -279,9 +278,21 @@ async def measure(dsn: str, warmup: int, repeat: int, only: list[str] | None = N
             ("GET /queues/reports?tab=failed", "/queues/reports?tab=failed", {}),
             ("GET /queues/reports?tab=cancelled", "/queues/reports?tab=cancelled", {}),
             ("GET /api/queues/reports?tab=scheduled", "/api/queues/reports?tab=scheduled", {}),
+            ("GET /queues/default (ready tab of the biggest queue)", "/queues/default", {}),
         ]
     if only:
         gets = [g for g in gets if any(g[0] == p or (p.endswith("*") and g[0].startswith(p[:-1])) for p in only)]
+    return gets, actions
+
+
+async def measure(dsn: str, warmup: int, repeat: int, only: list[str] | None = None) -> list[tuple[str, list[float]]]:
+    """Request every route (those labelled as one of `only`, or starting so where it ends in "*", when
+    given; then no action);
+    return (label, server times in ms) per route."""
+    app_ = pgq.App(dsn)
+    app_.periodic(every=60, name="tidy_up")(lambda: None)
+    dashboard = create_app(dsn, app=app_, trust_network=True)
+    gets, actions = routes(dsn, {getattr(r, "path", "") for r in dashboard.routes}, only)
     results: list[tuple[str, list[float]]] = []
     transport = httpx.ASGITransport(app=dashboard)
     json = {"Content-Type": "application/json"}

@@ -11,7 +11,9 @@
 -- jobs: a backward range scan of jobs_finished_idx (finished jobs only) that stops after `cap` rows,
 -- so that a dashboard whose counts are not kept (no worker running) costs what the last `cap`
 -- finished jobs cost, no more. `live` says which rows came from the jobs: when they add up to
--- `cap`, the count is partial. Finished jobs older than `since` are never read.
+-- `cap`, the count is partial. Finished jobs older than `since` are never read. With `buckets`
+-- false, no buckets: only the rows per queue, kind and status are returned (the overview's 24 hours:
+-- some 300 rows per hour and queue fewer to group, send and decode).
 WITH counted AS (
     SELECT c.minute AS at, c.queue, c.kind, c.status, c.jobs
     FROM pgq.finished_counts c
@@ -44,14 +46,15 @@ SELECT g.bucket, g.queue, g.kind, g.status::text AS status, g.jobs, g.live
 FROM (
     SELECT u.bucket, u.queue, u.kind, u.status, sum(u.jobs)::bigint AS jobs, u.live
     FROM (
-        SELECT date_bin(%(bucket)s::interval, c.at, '2000-01-01 00:00:00+00') AS bucket, c.queue, c.kind,
-               c.status, c.jobs, false AS live
+        SELECT CASE WHEN %(buckets)s::boolean THEN date_bin(%(bucket)s::interval, c.at, '2000-01-01 00:00:00+00') END
+                   AS bucket, c.queue, c.kind, c.status, c.jobs, false AS live
         FROM counted c
         UNION ALL
-        SELECT date_bin(%(bucket)s::interval, r.at, '2000-01-01 00:00:00+00'), r.queue, r.kind, r.status,
-               count(*), true
+        SELECT CASE WHEN %(buckets)s::boolean THEN date_bin(%(bucket)s::interval, r.at, '2000-01-01 00:00:00+00') END,
+               r.queue, r.kind, r.status, count(*), true
         FROM recent r
         GROUP BY 1, 2, 3, 4
     ) u
     GROUP BY GROUPING SETS ((u.bucket, u.queue, u.status, u.live), (u.queue, u.kind, u.status))
 ) g
+WHERE %(buckets)s::boolean OR g.kind IS NOT NULL

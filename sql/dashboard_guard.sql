@@ -16,8 +16,28 @@
 -- Returns the database clock: every age, "in 3 min" and chart bucket the dashboard shows is computed
 -- from it, never from the web server's clock. now() is the transaction's start, the same for every
 -- statement of the read.
+--
+-- And, in the same round trip (each statement of a read is one; on a busy 2-core server each costs
+-- a few ms of waiting for the server's process to be scheduled, issue #44), what most reads need:
+-- - what the dashboard's database role may do, so that it shows only the buttons that can work and
+--   refuses the rest with the reason. Cancelling and retrying need DELETE on pgq.jobs, the privilege
+--   the trigger of revision 0002 (jobs_guard_admin_transition) checks; pausing and resuming insert
+--   into and delete from pgq.paused_queues (pgq.pause, pgq.resume). pgq_admin (and the owner, and
+--   superusers) have all of them; pgq_worker and pgq_producer none.
+-- - how far pgq.finished_counts goes (revision 0026): its minutes before counted_through are counted
+--   (NULL: none yet), by the pass that ended at counted_at, which counted again the last `recount`
+--   before its previous end. pgq.finished_counts_state has one row.
 SELECT set_config('statement_timeout', %(statement_timeout)s, true) AS statement_timeout,
        set_config('idle_in_transaction_session_timeout', %(idle_limit)s, true) AS idle_limit,
        set_config('jit', 'off', true) AS jit,
        set_config('max_parallel_workers_per_gather', '0', true) AS parallel,
-       now() AS now
+       now() AS now,
+       current_user AS role,
+       has_table_privilege('pgq.jobs', 'DELETE') AS can_change_jobs,
+       has_table_privilege('pgq.paused_queues', 'INSERT')
+           AND has_table_privilege('pgq.paused_queues', 'DELETE') AS can_pause,
+       s.counted_through,
+       s.counted_at,
+       extract(epoch FROM s.recount)::double precision AS recount_s
+FROM (SELECT 1) AS one
+LEFT JOIN pgq.finished_counts_state s ON true

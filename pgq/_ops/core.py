@@ -117,12 +117,11 @@ WRITING_STATEMENTS: tuple[str, ...] = (
     "worker_unregister",
 )
 READ_ONLY_STATEMENTS: tuple[str, ...] = (
-    "dashboard_concurrency_limits", "dashboard_counts_state", "dashboard_failed_groups",
+    "dashboard_concurrency_limits", "dashboard_failed_groups",
     "dashboard_finished_counts", "dashboard_guard", "dashboard_job_audit", "dashboard_job_bounds",
     "dashboard_job_states", "dashboard_jobs", "dashboard_jobs_failed", "dashboard_jobs_indexed",
-    "dashboard_queue_cancelled",
-    "dashboard_queue_failed_count", "dashboard_queue_names", "dashboard_queue_tab", "dashboard_queues",
-    "dashboard_rate_limits", "dashboard_rights", "dashboard_running", "dashboard_ticks", "dashboard_workers",
+    "dashboard_queue_counts", "dashboard_queue_names", "dashboard_queue_tab", "dashboard_queue_workers",
+    "dashboard_queues", "dashboard_rate_limits", "dashboard_running", "dashboard_ticks", "dashboard_workers",
     "group_limits_list", "job_dependencies", "job_explain", "job_get", "job_lease_check", "job_list",
     "job_next_run_at", "job_select_where", "job_trace_context_get", "key_is_dirty", "limit_audit_allowed", "ping",
     "queue_backlog", "queue_exists", "queue_live_workers", "queue_stats", "queue_unknown_kinds", "schema_check",

@@ -52,10 +52,16 @@ def _slot_setters(cls: type) -> dict[str, Callable[[Any, Any], None]]:
     return {f.name: getattr(cls, f.name).__set__ for f in fields(cls)}
 
 
+_PLAIN = frozenset({int, float, str, bool, type(None)})
+# Exactly these types (not their subclasses: an IntEnum or a str Enum goes on to its value).
+
+
 def jsonable(value: Any) -> Any:
     """`value` ready for json.dumps: datetimes as ISO 8601 text, durations as seconds, enums as their
     value, dataclasses (a Job, a Claim) as mappings of their fields, mappings and sequences converted
     through; anything else as it is."""
+    if type(value) in _PLAIN:  # most values of a big answer (the dashboard's per-minute counts): as they are
+        return value
     if isinstance(value, dt.datetime):
         return value.isoformat()
     if isinstance(value, dt.timedelta):

@@ -34,7 +34,7 @@ from starlette.responses import JSONResponse
 from . import actions, params, queries
 from .dashboard import Dashboard
 from .errors import HttpError
-from .queue_page import CANCELLED_SCAN, TABS, queue_page
+from .queue_page import CANCELLED_CAP, TABS, queue_page
 from .security import check_api_request
 from .views import dependencies_json, job_json, job_row_json, jsonable
 
@@ -72,6 +72,7 @@ class Api:
             "paused_role": q.paused_role, "waiting": q.waiting, "ready": q.ready, "scheduled": q.scheduled,
             "running": q.running,
             "expired_leases": q.expired_leases, "retrying": q.retrying, "unknown_kind": q.unknown_kind,
+            "unknown_kind_capped": q.unknown_kind_capped,
             "unknown_kinds": q.unknown_kinds, "unknown_kinds_capped": q.unknown_kinds_capped, "workers": q.workers,
             "oldest_ready_age_s": q.oldest_ready_age_s, "next_run_at": q.next_run_at,
             "last_hour": {"succeeded": q.succeeded, "failed": q.failed, "cancelled": q.cancelled,
@@ -110,10 +111,11 @@ class Api:
                       "searched_down_to": cursor if page.partial else None})
 
     async def queue(self, request: Request) -> JSONResponse:
-        """`GET /api/queues/{name}?tab=`: the queue page's data: counts per state (with
-        `cancelled_partial`), pause state (who paused it, through which role), the queued jobs of kinds
-        no live worker of it knows (`unknown_kinds`, `unknown_kinds_capped`), workers serving it, and the
-        jobs of one state tab."""
+        """`GET /api/queues/{name}?tab=`: the queue page's data: counts per state (`cancelled` up to
+        `cancelled_cap`, `cancelled_partial` when there are more), pause state (who paused it, through
+        which role), the queued jobs of kinds no live worker of it knows (`unknown_kinds`,
+        `unknown_kinds_capped`), workers serving it (`running`: their jobs of this queue;
+        `running_all`: of every queue), and the jobs of one state tab."""
         name = params.queue_name(request.path_params["name"])
         tab = params.tab(request.query_params, TABS)
         data = await self.dash.read(queue_page(name, tab, limit=params.limit(request.query_params, JOBS_PER_PAGE)))
@@ -123,14 +125,14 @@ class Api:
                       "paused_role": s and s.paused_role, "counts": data.counts,
                       "unknown_kinds": s.unknown_kinds if s else {},
                       "unknown_kinds_capped": s.unknown_kinds_capped if s else [],
-                      "cancelled_partial": data.cancelled_partial, "counted_over_finished": CANCELLED_SCAN,
+                      "cancelled_partial": data.cancelled_partial, "cancelled_cap": CANCELLED_CAP,
                       "last_hour_partial": data.throughput.capped, "tab": tab,
                       "last_hour": s and {"succeeded": s.succeeded, "failed": s.failed, "cancelled": s.cancelled,
                                           "kinds": s.kinds},
                       "last_24h": s and {**s.day, "kinds": s.day_kinds}, "counts_kept": _freshness(data.throughput),
                       "jobs": [job_row_json(r) for r in data.jobs],
-                      "workers": [{"worker": w["worker"], "live": w["live"], "running": w["running"]}
-                                  for w in data.workers]})
+                      "workers": [{"worker": w["worker"], "live": w["live"], "running": w["running"],
+                                   "running_all": w["running_all"]} for w in data.workers]})
 
     async def job(self, request: Request) -> JSONResponse:
         """`GET /api/jobs/{id}`: the job and its dependencies (as the job page shows them)."""

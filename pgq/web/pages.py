@@ -19,9 +19,9 @@ from ..models import JobStatus
 from . import actions, chart, limits, params, queries
 from .dashboard import Dashboard
 from .errors import HttpError
-from .queue_page import CANCELLED_SCAN, TABS, queue_page
+from .queue_page import CANCELLED_CAP, TABS, queue_page
 from .security import CSRF_FIELD
-from .views import TIME_FACTS, queue_path
+from .views import queue_path
 
 __all__ = ["LIVE_HEADER", "Pages", "version"]
 
@@ -190,8 +190,7 @@ class Pages:
             raise HttpError(404, f"job {job_id} not found")
         return self.render(request, "job.html", live="_job.html", section="jobs", job=detail.job,
                            deps=detail.dependencies, now=detail.now, rights=detail.rights,
-                           explanation=detail.explanation, blockers=detail.blockers, audit=detail.audit,
-                           time_facts=TIME_FACTS)
+                           explanation=detail.explanation, blockers=detail.blockers, audit=detail.audit)
 
     async def queue(self, request: Request) -> Response:
         """`/queues/{name}` (or `/queue?name=`, for a name a browser would rewrite in a path): the
@@ -209,7 +208,7 @@ class Pages:
         return self.render(request, "queue.html", live="_queue.html", section="overview", data=data, q=s,
                            now=data.now, chart=chart.throughput_chart(own), tabs=TABS,
                            can_pause=can_act and data.rights.pause, can_bulk=False,
-                           finished_cap=queries.FINISHED_CAP, cancelled_scan=CANCELLED_SCAN)
+                           finished_cap=queries.FINISHED_CAP, cancelled_cap=CANCELLED_CAP)
 
     async def workers(self, request: Request) -> Response:
         """`/workers`: every registered worker (idle ones too) and those holding jobs, and the running jobs."""

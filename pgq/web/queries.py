@@ -89,22 +89,7 @@ TICKS_SHOWN = 5
 """The schedules page shows the jobs of each schedule's last this many ticks."""
 
 
-def _guard() -> _ops.Steps[dt.datetime]:
-    rows = yield _ops.Stmt("dashboard_guard", {"statement_timeout": STATEMENT_TIMEOUT,
-                                               "idle_limit": _ops.TRANSACTION_IDLE_LIMIT})
-    # In UTC whatever the session's time zone (a caller's pool may not be in UTC): the chart's
-    # minutes are labelled from it.
-    now: dt.datetime = rows[0]["now"].astimezone(dt.UTC)
-    return now
-
-
-def _read(name: str, steps: Any) -> _ops.Operation[Any]:
-    # One transaction, guarded by its own first statement (dashboard_guard), retried as a whole after
-    # a lost connection: it only reads.
-    return _ops.Operation(name, steps, transaction=True, retry_safe=True, guards_itself=True)
-
-
-# -- rights -------------------------------------------------------------------------------------
+# -- the first statement of every read, and rights ------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,18 +116,49 @@ class Rights:
         return None
 
 
-def _rights() -> _ops.Steps[Rights]:
-    rows = yield _ops.Stmt("dashboard_rights", {})
+@dataclass(frozen=True, slots=True)
+class _CountsState:
+    # How far pgq.finished_counts goes (dashboard_guard.sql): its minutes before `through` are counted.
+    through: dt.datetime | None
+    at: dt.datetime | None
+    recount_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Opening:
+    # What a read's first statement (dashboard_guard) returns: the clock, the role's rights and how far
+    # the kept counts go.
+    now: dt.datetime
+    rights: Rights
+    counts: _CountsState
+
+
+def _open() -> _ops.Steps[_Opening]:
+    rows = yield _ops.Stmt("dashboard_guard", {"statement_timeout": STATEMENT_TIMEOUT,
+                                               "idle_limit": _ops.TRANSACTION_IDLE_LIMIT})
     row = rows[0]
-    return Rights(str(row["role"]), bool(row["can_change_jobs"]), bool(row["can_pause"]))
+    # In UTC whatever the session's time zone (a caller's pool may not be in UTC): the chart's
+    # minutes are labelled from it.
+    now: dt.datetime = row["now"].astimezone(dt.UTC)
+    return _Opening(now, Rights(str(row["role"]), bool(row["can_change_jobs"]), bool(row["can_pause"])),
+                    _CountsState(row["counted_through"], row["counted_at"], row["recount_s"]))
+
+
+def _guard() -> _ops.Steps[dt.datetime]:
+    return (yield from _open()).now
+
+
+def _read(name: str, steps: Any) -> _ops.Operation[Any]:
+    # One transaction, guarded by its own first statement (dashboard_guard), retried as a whole after
+    # a lost connection: it only reads.
+    return _ops.Operation(name, steps, transaction=True, retry_safe=True, guards_itself=True)
 
 
 def rights() -> _ops.Operation[Rights]:
-    """What the dashboard's database role may do (sql/dashboard_rights.sql)."""
+    """What the dashboard's database role may do (read by sql/dashboard_guard.sql)."""
 
     def steps() -> _ops.Steps[Rights]:
-        yield from _guard()
-        return (yield from _rights())
+        return (yield from _open()).rights
 
     return _read("dashboard_rights", steps)
 
@@ -168,13 +184,16 @@ class QueueSummary:
     expired_leases: int = 0
     retrying: int = 0
     unknown_kind: int = 0
-    """Of the retrying jobs, those a worker handed back because its app has no task of their kind."""
+    """Of the retrying jobs, those a worker handed back because its app has no task of their kind,
+    counted up to UNKNOWN_KINDS_CAP (`unknown_kind_capped`: it has more)."""
     unknown_kinds: dict[str, int] = field(default_factory=dict)
     """Queued jobs per kind that no live worker of the queue knows (and those handed back for their
     kind): they wait, untouched, for a worker whose app has the task (sql/queue_unknown_kinds.sql),
     each counted up to UNKNOWN_KINDS_CAP."""
     unknown_kinds_capped: list[str] = field(default_factory=list)
     """The kinds of `unknown_kinds` whose count stopped at the cap: they have more jobs than that."""
+    unknown_kind_capped: bool = False
+    """`unknown_kind` stopped at UNKNOWN_KINDS_CAP: more of its retrying jobs were handed back."""
     workers: int = 0
     oldest_ready_age_s: float | None = None
     next_run_at: dt.datetime | None = None
@@ -278,28 +297,15 @@ def _queue(by_name: dict[str, QueueSummary], name: str) -> QueueSummary:
     return summary
 
 
-@dataclass(frozen=True, slots=True)
-class _CountsState:
-    through: dt.datetime | None
-    at: dt.datetime | None
-    recount_s: float | None
-
-
-def _counts_state() -> _ops.Steps[_CountsState]:
-    rows = yield _ops.Stmt("dashboard_counts_state", {})
-    row = rows[0] if rows else {"counted_through": None, "counted_at": None, "recount_s": None}
-    return _CountsState(row["counted_through"], row["counted_at"], row["recount_s"])
-
-
 def _floor_hour(at: dt.datetime) -> dt.datetime:
     return at.replace(minute=0, second=0, microsecond=0)
 
 
 def _count_params(since: dt.datetime, state: _CountsState, cap: int, bucket_s: int,
-                  hourly: bool) -> dict[str, Any]:
+                  hourly: bool, buckets: bool = True) -> dict[str, Any]:
     # The ranges of dashboard_finished_counts.sql: what pgq.finished_counts holds ([since, through)),
     # in minutes, or with `hourly` its whole hours from pgq.finished_counts_hourly and the minutes
-    # around them; from `live_from` on, the jobs.
+    # around them; from `live_from` on, the jobs. Without `buckets`, only the totals per kind.
     through = state.through
     live_from = since if through is None or through <= since else through
     m1 = m2 = h = (since, since)
@@ -310,7 +316,7 @@ def _count_params(since: dt.datetime, state: _CountsState, cap: int, bucket_s: i
         if hourly and first_hour < last_hour:
             m1, h, m2 = (since, first_hour), (first_hour, last_hour), (last_hour, live_from)
     return {"m1_from": m1[0], "m1_to": m1[1], "m2_from": m2[0], "m2_to": m2[1], "h_from": h[0], "h_to": h[1],
-            "live_from": live_from, "cap": cap, "bucket": dt.timedelta(seconds=bucket_s)}
+            "live_from": live_from, "cap": cap, "bucket": dt.timedelta(seconds=bucket_s), "buckets": buckets}
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,27 +330,27 @@ class _Counted:
 def _counted(now: dt.datetime, window: ChartRange, state: _CountsState, cap: int) -> _ops.Steps[_Counted]:
     # The window's counts (sql/dashboard_finished_counts.sql).
     start = _window_start(now, window)
+    # As tuples (bucket, queue, kind, status, jobs, live), in binary: the hour has some 600 rows.
     rows = yield _ops.Stmt("dashboard_finished_counts", _count_params(
-        start, state, cap, window.bucket_s, hourly=window.bucket_s % 3600 == 0))
+        start, state, cap, window.bucket_s, hourly=window.bucket_s % 3600 == 0), fetch="tuples")
     buckets = [start + dt.timedelta(seconds=window.bucket_s * i) for i in range(window.buckets)]
     totals = {s: [0] * window.buckets for s in FINAL}
     live = 0
     first_live: int | None = None
     by_bucket: list[tuple[int, str, str, int]] = []
     by_kind: list[tuple[str, str, str, int]] = []
-    for row in rows:
-        jobs, status = int(row["jobs"]), row["status"]
-        if row["bucket"] is None:
-            by_kind.append((row["queue"], row["kind"], status, jobs))
+    for bucket, queue, kind, status, jobs, is_live in rows:
+        if bucket is None:
+            by_kind.append((queue, kind, status, jobs))
             continue
-        index = int((row["bucket"] - start).total_seconds() // window.bucket_s)
+        index = int((bucket - start).total_seconds() // window.bucket_s)
         if not 0 <= index < window.buckets:
             continue  # a job committed with a finished_at in the future: not on this chart
-        if row["live"]:
+        if is_live:
             live += jobs
             first_live = index if first_live is None else min(first_live, index)
         totals[status][index] += jobs
-        by_bucket.append((index, row["queue"], status, jobs))
+        by_bucket.append((index, queue, status, jobs))
     capped = live >= cap
     # Capped: the oldest bucket read from the jobs was read in part; the counts are complete from the next.
     last = window.buckets - 1
@@ -364,13 +370,17 @@ def overview(finished_cap: int = FINISHED_CAP, chart_range: str = "1h") -> _ops.
     window = RANGES[chart_range]
 
     def steps() -> _ops.Steps[Overview]:
-        now = yield from _guard()
+        opening = yield from _open()
+        now, state = opening.now, opening.counts
         by_name: dict[str, QueueSummary] = {}
-        for row in (yield _ops.Stmt("dashboard_queues", {})):
+        busy = 0
+        for row in (yield _ops.Stmt("dashboard_queues", {"cap": _ops.UNKNOWN_KINDS_CAP})):
             summary = _queue(by_name, row["queue"])
             for key in ("waiting", "ready", "scheduled", "running", "expired_leases", "retrying", "unknown_kind",
                         "workers"):
                 setattr(summary, key, int(row[key]))
+            summary.unknown_kind_capped = row["unknown_kind_capped"]
+            busy = int(row["busy_workers"])
             summary.oldest_ready_age_s = row["oldest_ready_age_s"]
             summary.next_run_at = row["next_run_at"]
             summary.paused, summary.paused_at, summary.paused_by = row["paused"], row["paused_at"], row["paused_by"]
@@ -379,7 +389,6 @@ def overview(finished_cap: int = FINISHED_CAP, chart_range: str = "1h") -> _ops.
         for name, kinds in unknown.items():
             _queue(by_name, name).unknown_kinds = kinds
             _queue(by_name, name).unknown_kinds_capped = capped.get(name, [])
-        state = yield from _counts_state()
         hour = yield from _counted(now, RANGES["1h"], state, finished_cap)
         throughput = hour.throughput
         for index, queue, status, jobs in hour.by_bucket:
@@ -391,19 +400,14 @@ def overview(finished_cap: int = FINISHED_CAP, chart_range: str = "1h") -> _ops.
         for queue, kind, status, jobs in hour.by_kind:
             _queue(by_name, queue).kinds.setdefault(kind, dict.fromkeys(FINAL, 0))[status] += jobs
         day_since = throughput.minutes[-1] - dt.timedelta(minutes=DAY_MINUTES - 1)
-        for row in (yield _ops.Stmt("dashboard_finished_counts", _count_params(
-                day_since, state, finished_cap, 3600, hourly=True))):
-            if row["kind"] is None:
-                continue  # the per-hour rows: only the totals per kind are wanted
-            summary = _queue(by_name, row["queue"])
-            status, jobs = row["status"], int(row["jobs"])
+        for _, queue, kind, status, jobs, _ in (yield _ops.Stmt("dashboard_finished_counts", _count_params(
+                day_since, state, finished_cap, 3600, hourly=True, buckets=False), fetch="tuples")):
+            summary = _queue(by_name, queue)
             summary.day[status] += jobs
-            summary.day_kinds.setdefault(row["kind"], dict.fromkeys(FINAL, 0))[status] += jobs
+            summary.day_kinds.setdefault(kind, dict.fromkeys(FINAL, 0))[status] += jobs
         chart = throughput if window.key == "1h" else (yield from _counted(now, window, state, finished_cap)).throughput
-        workers = yield _ops.Stmt("dashboard_workers", {})
-        who = yield from _rights()
-        busy = sum(1 for w in workers if w["running"])
-        return Overview(now, [by_name[n] for n in sorted(by_name)], throughput, busy, who, chart, day_since)
+        return Overview(now, [by_name[n] for n in sorted(by_name)], throughput, busy, opening.rights, chart,
+                        day_since)
 
     return _read("dashboard_overview", steps)
 
@@ -415,9 +419,8 @@ def throughput(chart_range: str, queue: str | None = None,
     window = RANGES[chart_range]
 
     def steps() -> _ops.Steps[Throughput]:
-        now = yield from _guard()
-        state = yield from _counts_state()
-        counted = yield from _counted(now, window, state, finished_cap)
+        opening = yield from _open()
+        counted = yield from _counted(opening.now, window, opening.counts, finished_cap)
         whole = counted.throughput
         if queue is None:
             return whole
@@ -582,8 +585,8 @@ def job_detail(job_id: int) -> _ops.Operation[JobDetail]:
     its audit (sql/dashboard_job_audit.sql), the clock and the rights."""
 
     def steps() -> _ops.Steps[JobDetail]:
-        now = yield from _guard()
-        who = yield from _rights()
+        opening = yield from _open()
+        now, who = opening.now, opening.rights
         job = yield from _ops.get(job_id, decoded=False).steps()
         deps = explanation = None
         blockers: dict[int, dict[str, Any]] = {}

@@ -21,10 +21,12 @@ from ..models import Job, JobStatus, jsonable
 
 __all__ = [
     "NONE_SHOWN",
+    "DetailTime",
     "dependencies_json",
     "environment",
     "fact_time",
     "format_age",
+    "format_clock",
     "format_duration",
     "format_relative",
     "format_time",
@@ -35,6 +37,7 @@ __all__ = [
     "pretty_json",
     "progress_fraction",
     "queue_path",
+    "reason_parts",
 ]
 
 NONE_SHOWN = "\u2013"
@@ -118,6 +121,58 @@ def fact_time(value: Any) -> dt.datetime | None:
     return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
 
 
+_DETAIL_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}(?::?\d{2})?)?")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DetailTime:
+    """A timestamp in the sentence of a reason (see `reason_parts`): `at`, the fact it is (`fact`, one
+    of TIME_FACTS, or None), and whether it stands inside parentheses (`nested`: its relative time
+    then follows a comma, not parentheses of its own)."""
+
+    at: dt.datetime
+    fact: str | None
+    nested: bool
+
+
+def reason_parts(code: str, detail: str, facts: Mapping[str, Any]) -> list[str | DetailTime]:
+    """The sentence pgq.explain wrote for a reason (`detail`), in parts for the job page: text, and each
+    timestamp in it (PostgreSQL's text of a timestamptz, to the microsecond) as a DetailTime, so that
+    the page shows it readably with its relative time. Its leading words that repeat the reason's
+    `code` ("finished: ", "running ", "scheduled ") are left out: the page names the code beside it.
+    A detail without timestamps (or in a DateStyle other than ISO) is one text part."""
+    label = code.replace("_", " ")
+    for lead in (label + ": ", label + " "):
+        if detail.startswith(lead):
+            detail = detail[len(lead):]
+            break
+    times = {key: when for key in TIME_FACTS if (when := fact_time(facts.get(key))) is not None}
+    parts: list[str | DetailTime] = []
+    end = 0
+    for match in _DETAIL_TIME.finditer(detail):
+        try:
+            when = dt.datetime.fromisoformat(match.group(0))
+        except ValueError:
+            continue
+        when = when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
+        before = detail[:match.start()]
+        parts.append(detail[end:match.start()])
+        fact = next((key for key, at in times.items() if at == when), None)
+        parts.append(DetailTime(when, fact, before.count("(") > before.count(")")))
+        end = match.end()
+    parts.append(detail[end:])
+    return [p for p in parts if p != ""]
+
+
+def format_clock(when: dt.datetime, now: dt.datetime) -> str:
+    """A time readably and short, in UTC: ``14:05:09 UTC`` on the day of `now` (UTC), else
+    ``2026-11-28 14:05 UTC``."""
+    at = when.astimezone(dt.UTC)
+    if at.date() == now.astimezone(dt.UTC).date():
+        return at.strftime("%H:%M:%S UTC")
+    return at.strftime("%Y-%m-%d %H:%M UTC")
+
+
 def progress_fraction(progress: Any) -> float | None:
     """The fraction done (0..1) a job's progress reports, for a bar: a number field `pct` or
     `percent` (0..100), `fraction` (0..1), or `done` / `current` out of `total`; None otherwise."""
@@ -150,7 +205,8 @@ def environment() -> jinja2.Environment:
     env.filters.update(age=format_age, relative=format_relative, time=format_time, pretty=pretty_json,
                        first_line=_first_line, query=_query, duration=format_duration,
                        window=format_window, queue_path=queue_path,
-                       fact_time=fact_time, fraction=progress_fraction)
+                       fact_time=fact_time, fraction=progress_fraction, clock=format_clock)
+    env.globals.update(reason_parts=reason_parts)
     env.policies["json.dumps_function"] = _tojson
     return env
 

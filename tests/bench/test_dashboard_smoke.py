@@ -23,7 +23,7 @@ def test_dashboard_bench_runs_every_route_and_drops_its_database(pgq_server_dsn:
     assert any(line.strip().startswith("counted the finished jobs into pgq.finished_counts") for line in lines)
     header = lines.index(next(line for line in lines if line.startswith("route")))
     rows = lines[header + 1:-2]
-    assert len(rows) == 38  # 29, the queue page's four and the counts' charts and API (#44)
+    assert len(rows) == 39  # 29, the queue page's five and the counts' charts and API (#44)
     assert any(r.startswith("GET / ") for r in rows) and any(r.startswith("POST /api/jobs/{id}/cancel") for r in rows)
     for row in rows:
         p50, p95, worst = (float(v) for v in row.split()[-3:])

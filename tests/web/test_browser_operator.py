@@ -5,6 +5,7 @@ each under $PGQ_TEST_ARTIFACTS (see test_browser.py), and no console error."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -171,3 +172,76 @@ def test_queue_page_names_who_paused_it_and_its_unknown_kinds(page: Any, pgq_que
     data = page.request.get("/api/queues/billing").json()
     assert data["paused_by"] == "cli:ops-alice" and data["paused_role"] == role
     assert data["unknown_kinds"] == {"legacy_export": 4, "resize_v2": 1} and data["unknown_kinds_capped"] == []
+
+
+def test_queue_page_cancelled_tab_and_workers_count_this_queues_jobs(page: Any, pgq_queue: Queue, db: SQL) -> None:
+    """Issue #44: the cancelled tab lists the queue's cancelled jobs newest first and counts them on every
+    tab (jobs_cancelled_idx, revision 0031; it read the newest 100,000 finished jobs of every queue), and
+    "Workers serving it" counts each worker's running jobs of this queue, not of every queue it serves."""
+    _busy_database(pgq_queue, db)  # host-a:4242:worker-1 serves billing, mail, images and another queue
+    cancelled = pgq_queue.enqueue_many([{"kind": "send_email", "queue": "mail"}] * 3)
+    for job_id in cancelled:
+        pgq_queue.cancel(job_id)
+    pgq_queue.cancel(pgq_queue.enqueue("send_email", queue="billing"))  # another queue's
+    pgq_queue.claim(worker="host-a:4242:worker-1", queues=["mail"], limit=1)
+    pgq_queue.enqueue_many([{"kind": "send_email", "queue": "reports-with-a-long-name"}] * 2)
+    pgq_queue.claim(worker="host-a:4242:worker-1", queues=["reports-with-a-long-name"], limit=5)
+
+    page.goto("/queues/mail")
+    expect(page.locator('[data-tab="cancelled"] .count')).to_have_text("3")
+    row = page.locator('#queue-workers tr[data-worker="host-a:4242:worker-1"]')
+    expect(row.locator('[data-col="running"]')).to_have_text("1 of 6 in all")
+    _fits(page, "#queue-workers")
+    page.click('[data-tab="cancelled"]')
+    expect(page.locator("#queue-jobs tr[data-job-id]")).to_have_count(3)
+    ids = [int(i) for i in page.locator("#queue-jobs tr[data-job-id]").evaluate_all(
+        "rows => rows.map(r => r.dataset.jobId)")]
+    assert ids == cancelled[::-1]  # newest first
+    _fits(page, "#queue-jobs .table")
+    page.shot("queue-cancelled")
+
+
+def test_overview_says_more_than_the_cap_of_handed_back_jobs(page: Any, pgq_queue: Queue, db: SQL) -> None:
+    """Issue #44: the jobs an older worker handed back for their kind are counted up to
+    UNKNOWN_KINDS_CAP per queue on the overview's Retrying column, as the unknown kinds are."""
+    from pgq._ops import UNKNOWN_KINDS_CAP
+
+    db("INSERT INTO pgq.jobs (queue, kind, attempts, last_error) "
+       "SELECT 'orphans', 'legacy', 1, 'no worker of queue orphans knows kind legacy (worker old-1)' "
+       "FROM generate_series(1, %s)", [UNKNOWN_KINDS_CAP + 5])
+    page.goto("/")
+    cell = page.locator('tr[data-queue="orphans"] td[data-col="retrying"]')
+    expect(cell).to_contain_text(f"{UNKNOWN_KINDS_CAP + 5:,}")  # the retrying count itself is exact
+    expect(cell).to_contain_text(f"more than {UNKNOWN_KINDS_CAP:,} unknown kind")
+    _fits(page, "#queues")
+    page.shot("overview-unknown-kind-capped")
+
+
+def test_job_page_explains_with_readable_times_and_the_holders_state(page: Any, pgq_queue: Queue) -> None:
+    """Issue #44: the explain panel shows its times readably with their relative time (it printed
+    PostgreSQL's timestamp to the microsecond, and the time again after it), and the state of the job
+    holding a sequence, with when it finished."""
+    first = pgq_queue.enqueue("sync", queue="accounts", sequence_key="acct:42", max_attempts=1)
+    second = pgq_queue.enqueue("sync", queue="accounts", sequence_key="acct:42")
+    (claim,) = pgq_queue.claim(worker="host-1", queues=["accounts"])
+    pgq_queue.fail(claim, "ValueError: account acct:42 is locked")
+    later = pgq_queue.enqueue("report", queue="accounts", delay=7200)
+
+    page.goto(f"/jobs/{first}")
+    finished = page.locator('#explain [data-reason="finished"]')
+    expect(finished).to_contain_text("failed at ")
+    expect(finished.locator('[data-fact="finished_at"]')).to_contain_text(" UTC (")
+    expect(finished.locator('[data-fact="finished_at"]')).to_contain_text("ago)")
+    assert not re.search(r"\d\d:\d\d:\d\d\.\d", finished.inner_text())  # no microseconds
+    assert finished.inner_text().count(" UTC") == 1  # the time once
+    page.shot("explain-finished")
+    page.goto(f"/jobs/{second}")
+    held = page.locator('#explain [data-reason="sequence_held"]')
+    expect(held.locator(f'[data-blocker="{first}"]')).to_contain_text("failed")
+    expect(held.locator(f'[data-blocker="{first}"]')).to_contain_text("ago")
+    page.shot("explain-sequence-held")
+    page.goto(f"/jobs/{later}")
+    expect(page.locator('#explain [data-reason="scheduled"] [data-fact="run_at"]')).to_contain_text("(in ")
+    row = page.locator('#explain [data-reason="scheduled"]')
+    box = row.bounding_box()
+    assert box is not None and box["height"] < 40, box  # one line, not wrapped

@@ -46,7 +46,7 @@ def test_queue_page_tabs_count_and_list_each_state(dashboard: Client, pgq_queue:
     text = page.text
     counts = dict(re.findall(r'data-tab="(\w+)"[^>]*>\w+ <span class="count">([\d,+]+)</span>', text))
     assert counts == {"ready": "3", "scheduled": "1", "retrying": "0", "running": "0", "waiting": "0",
-                      "failed": "2"}, counts  # cancelled: counted on its own tab only
+                      "failed": "2", "cancelled": "1"}, counts  # cancelled: on every tab (revision 0031)
     assert re.search(r'data-tab="cancelled" class="active"[^>]*>cancelled <span class="count">1<',
                      client.get("/queues/billing?tab=cancelled").text)
     assert 'id="paused-banner"' in text and "Resume" in text  # paused, with the button to resume
@@ -68,15 +68,20 @@ def test_queue_page_tabs_count_and_list_each_state(dashboard: Client, pgq_queue:
     assert db("SELECT count(*) AS n FROM pgq.paused_queues") == [{"n": 0}]
 
 
-def test_the_cancelled_tab_says_when_its_count_is_partial(pgq_dsn: str, pgq_queue: Queue) -> None:
+def test_the_cancelled_tab_lists_the_queues_newest_and_says_when_its_count_stopped(pgq_dsn: str,
+                                                                                  pgq_queue: Queue) -> None:
     from pgq.web.queue_page import queue_page
 
-    for _ in range(3):
-        pgq_queue.cancel(pgq_queue.enqueue("k", queue="q"))
-    full = read(pgq_dsn, queue_page("q", "cancelled"))
-    assert full.counts["cancelled"] == 3 and not full.cancelled_partial and len(full.jobs) == 3
-    cut = read(pgq_dsn, queue_page("q", "cancelled", cancelled_scan=2))
-    assert cut.cancelled_partial and cut.counts["cancelled"] == 2
+    mine = [pgq_queue.enqueue("k", queue="q") for _ in range(3)]
+    for job_id in mine:
+        pgq_queue.cancel(job_id)
+    pgq_queue.cancel(pgq_queue.enqueue("k", queue="other"))  # another queue's: neither counted nor listed
+    full = read(pgq_dsn, queue_page("q", "ready"))
+    assert full.counts["cancelled"] == 3 and not full.cancelled_partial  # counted on every tab
+    listed = read(pgq_dsn, queue_page("q", "cancelled"))
+    assert [j["id"] for j in listed.jobs] == mine[::-1]  # newest first
+    cut = read(pgq_dsn, queue_page("q", "cancelled", cancelled_cap=2))
+    assert cut.cancelled_partial and cut.counts["cancelled"] == 2 and len(cut.jobs) == 3  # the list is not cut
 
 
 def test_a_rare_match_is_found_in_one_request_and_partial_says_when_not(pgq_dsn: str, pgq_queue: Queue,
@@ -162,7 +167,9 @@ def test_single_actions_and_pauses_name_the_hosts_user(dashboard: Client, pgq_qu
     client.post(f"/api/jobs/{cancelled}/cancel", headers={**JSON, "X-User": "alice"})
     page = unescape(client.get(f"/jobs/{cancelled}").text)
     assert 'data-field="actor">alice<' in page
-    assert re.search(r"finished: cancelled at [^<]* by alice \(via role postgres\) after 0 attempt", page)
+    assert re.search(r'cancelled at <span class="fact-time" data-fact="finished_at"><time [^>]*>[\d:]+ UTC</time> '
+                     r'<span class="subtle">\([^)]+\)</span></span> by alice \(via role postgres\) after 0 attempt',
+                     page)
 
 
 def test_pause_all_pauses_every_queue_listed(dashboard: Client, pgq_queue: Queue, db: SQL) -> None:
@@ -237,7 +244,8 @@ def test_job_page_shows_progress_as_a_bar_and_explain_with_times_and_blockers(
     waiting = client.get(f"/jobs/{child}").text
     assert re.search(rf'data-blocker="{parent}"><span class="badge badge-queued">queued', waiting)
     scheduled = client.get(f"/jobs/{later}").text
-    assert re.search(r'data-fact="run_at"><time [^>]*>in (1h 59m|2h)', scheduled), scheduled[:0]
+    assert re.search(r'data-fact="run_at"><time [^>]*>[\d:]+ UTC</time> <span class="subtle">\(in (1h 59m|2h)',
+                     scheduled), scheduled[:0]
 
 
 def test_the_overview_says_plainly_when_its_counts_are_partial(dashboard: Client, pgq_queue: Queue,
@@ -275,3 +283,25 @@ def test_the_authenticated_user_of_the_host_app_is_the_actor(pgq_dsn: str, pgq_q
         assert client.post("/api/queues/mail/pause", headers=JSON).status_code == 200
     assert db("SELECT actor FROM pgq.job_audit") == [{"actor": "dashboard:zoe"}]
     assert db("SELECT paused_by FROM pgq.paused_queues") == [{"paused_by": "dashboard:zoe"}]
+
+
+def test_the_queue_pages_workers_count_that_queues_running_jobs_only(dashboard: Client, pgq_queue: Queue,
+                                                                    db: SQL) -> None:
+    """Issue #44: "Workers serving it" counts each worker's running jobs of that queue (and says how many
+    it runs in all), not of every queue it serves."""
+    db("SELECT * FROM pgq.worker_register('both', 'h', 1, NULL, '{k}', 4, 30, 15, 'v')")
+    db("SELECT * FROM pgq.worker_register('other', 'h', 2, '{b}', '{k}', 4, 30, 15, 'v')")
+    pgq_queue.enqueue_many([{"kind": "k", "queue": q} for q in ("a", "b", "b", "b")])
+    pgq_queue.claim(worker="both", queues=["a"], limit=1)
+    pgq_queue.claim(worker="both", queues=["b"], limit=2)
+    pgq_queue.claim(worker="stray", queues=["b"], limit=1)  # not registered
+    client = dashboard()
+
+    a = client.get("/api/queues/a").json()["workers"]
+    assert [(w["worker"], w["running"], w["running_all"]) for w in a] == [("both", 1, 3)]  # not "other": serves b
+    b = client.get("/api/queues/b").json()["workers"]
+    assert sorted((w["worker"], w["running"], w["running_all"]) for w in b) == [
+        ("both", 2, 3), ("other", 0, 0), ("stray", 1, 1)]
+    page = client.get("/queues/a").text
+    row = re.search(r'<tr data-worker="both">.*?</tr>', page, re.S)
+    assert row and 'data-col="running">1 <span class="subtle small" data-col="running-all">of 3 in all' in row[0]

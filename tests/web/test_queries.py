@@ -78,7 +78,7 @@ def test_the_queues_read_waiting_jobs_through_their_index_never_the_finished_one
     enqueue_after(db, "merge", [parent], queue="only-waiting")
     db("ANALYZE pgq.jobs")
 
-    plan = "\n".join(r["QUERY PLAN"] for r in db("EXPLAIN " + _sql.query("dashboard_queues")))
+    plan = "\n".join(r["QUERY PLAN"] for r in db("EXPLAIN " + _sql.query("dashboard_queues"), {"cap": 10}))
     assert "Seq Scan on jobs" not in plan and "jobs_waiting_idx" in plan, plan
     queues = {q.name: q for q in read(pgq_dsn, queries.overview()).queues}
     assert (queues["q0"].waiting, queues["q0"].ready) == (1, 1)
@@ -218,3 +218,45 @@ def test_the_failed_list_reads_failed_jobs_in_id_order_and_stops_at_the_page(pgq
               "high": max(failed) + 1, "limit": 50}
     plan = db("EXPLAIN (FORMAT JSON) " + _sql.query("dashboard_jobs_failed"), params)[0]["QUERY PLAN"]
     assert "jobs_failed_id_idx" in str(plan) and "Sort" not in str(plan)
+
+
+def test_the_queues_count_ready_scheduled_and_retrying_and_cap_the_unknown_kind(pgq_dsn: str, pgq_queue: Queue,
+                                                                               db: SQL) -> None:
+    """Issue #44: the backlog's counts are exact (ready is queued minus scheduled; the oldest ready
+    job's age only where one is due), and the jobs handed back for an unknown kind are counted up to
+    the cap per queue, as the unknown kinds are, and say so beyond it."""
+    pgq_queue.enqueue_many([{"kind": "k", "queue": "due"} for _ in range(3)])
+    pgq_queue.enqueue("k", queue="due", delay=600)
+    pgq_queue.enqueue("k", queue="later", delay=600)
+    handed = pgq_queue.enqueue_many([{"kind": "legacy", "queue": "orphan"} for _ in range(5)])
+    other = pgq_queue.enqueue("k", queue="orphan")
+    db("UPDATE pgq.jobs SET last_error = 'no worker of queue orphan knows kind legacy (worker w-1)' "
+       "WHERE id = ANY(%s)", [handed])
+    db("UPDATE pgq.jobs SET last_error = 'ConnectionError: reset', attempts = 1 WHERE id = %s", [other])
+
+    def rows(cap: int) -> dict[str, dict[str, Any]]:
+        return {r["queue"]: r for r in db(_sql.query("dashboard_queues"), {"cap": cap})}
+
+    exact = rows(10)
+    assert [(q, exact[q]["ready"], exact[q]["scheduled"]) for q in ("due", "later", "orphan")] == [
+        ("due", 3, 1), ("later", 0, 1), ("orphan", 6, 0)]
+    assert exact["due"]["oldest_ready_age_s"] >= 0 and exact["later"]["oldest_ready_age_s"] is None
+    assert exact["later"]["next_run_at"] is not None and exact["due"]["next_run_at"] is not None
+    assert (exact["orphan"]["retrying"], exact["orphan"]["unknown_kind"], exact["orphan"]["unknown_kind_capped"]) == (
+        6, 5, False)
+    capped = rows(3)["orphan"]
+    assert (capped["retrying"], capped["unknown_kind"], capped["unknown_kind_capped"]) == (6, 3, True)
+    summary = {q.name: q for q in read(pgq_dsn, queries.overview()).queues}["orphan"]
+    assert (summary.unknown_kind, summary.unknown_kind_capped) == (5, False)
+
+
+def test_the_overview_counts_busy_workers_across_queues_in_its_queues_statement(pgq_dsn: str, pgq_queue: Queue,
+                                                                                db: SQL) -> None:
+    pgq_queue.enqueue_many([{"kind": "k", "queue": q} for q in ("a", "a", "b")])
+    pgq_queue.claim(worker="w1", queues=["a"], limit=1)
+    pgq_queue.claim(worker="w1", queues=["b"], limit=1)
+    pgq_queue.claim(worker="w2", queues=["a"], limit=1)
+    data = read(pgq_dsn, queries.overview())
+    assert data.workers == 2  # w1 runs jobs of two queues: one busy worker
+    assert {q.name: q.workers for q in data.queues} == {"a": 2, "b": 1}
+    assert data.rights.change_jobs and data.rights.pause  # read by the same first statement as the clock

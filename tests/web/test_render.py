@@ -11,7 +11,16 @@ from pgq.web import params
 from pgq.web.chart import nice_ceiling, sparkline, throughput_chart
 from pgq.web.errors import HttpError
 from pgq.web.queries import Throughput
-from pgq.web.views import format_age, format_duration, format_relative, format_time, format_window
+from pgq.web.views import (
+    DetailTime,
+    format_age,
+    format_clock,
+    format_duration,
+    format_relative,
+    format_time,
+    format_window,
+    reason_parts,
+)
 
 START = dt.datetime(2026, 11, 25, 9, 0, tzinfo=dt.UTC)
 MINUTES = [START + dt.timedelta(minutes=i) for i in range(60)]
@@ -95,3 +104,29 @@ def test_params() -> None:
         assert caught.value.status == 400
     with pytest.raises(HttpError):
         params.queue_name("")
+
+
+def test_a_reasons_timestamps_are_parts_of_their_own_and_its_code_is_not_repeated() -> None:
+    """Issue #44: pgq.explain writes its times as PostgreSQL's text of a timestamptz, to the
+    microsecond; the job page gets them apart (with the fact each is) to show them readably."""
+    finished = dt.datetime(2026, 11, 29, 3, 48, 44, 389805, tzinfo=dt.UTC)
+    parts = reason_parts("finished", "finished: failed at 2026-11-29 03:48:44.389805+00 after 5 attempt(s): boom",
+                         {"finished_at": "2026-11-29T03:48:44.389805+00:00", "status": "failed"})
+    assert parts == ["failed at ", DetailTime(finished, "finished_at", False), " after 5 attempt(s): boom"]
+    lease = reason_parts("running", "running on w since 2026-11-29 03:48:44+00 (lease until 2026-11-29 05:49:00+02)",
+                         {"started_at": "2026-11-29T03:48:44+00:00"})
+    assert [p for p in lease if isinstance(p, str)] == ["on w since ", " (lease until ", ")"]
+    assert [(p.at, p.fact, p.nested) for p in lease if isinstance(p, DetailTime)] == [
+        (dt.datetime(2026, 11, 29, 3, 48, 44, tzinfo=dt.UTC), "started_at", False),
+        (dt.datetime(2026, 11, 29, 3, 49, tzinfo=dt.UTC), None, True)]  # inside parentheses: no fact given
+    assert reason_parts("ready", "ready: position 3 in queue q", {}) == ["position 3 in queue q"]
+    assert reason_parts("queue_paused", "queue q is paused (by x since 29/11/2026 03:48:44 UTC)", {}) == [
+        "queue q is paused (by x since 29/11/2026 03:48:44 UTC)"]  # not ISO: shown as written
+
+
+def test_clock_times_are_short_on_the_day_and_dated_before() -> None:
+    now = dt.datetime(2026, 11, 29, 10, 0, tzinfo=dt.UTC)
+    assert format_clock(dt.datetime(2026, 11, 29, 3, 48, 44, 389805, tzinfo=dt.UTC), now) == "03:48:44 UTC"
+    assert format_clock(dt.datetime(2026, 11, 28, 23, 59, 59, tzinfo=dt.UTC), now) == "2026-11-28 23:59 UTC"
+    assert format_clock(dt.datetime(2026, 11, 29, 1, 0, tzinfo=dt.timezone(dt.timedelta(hours=2))),
+                        now) == "2026-11-28 23:00 UTC"
