@@ -26,6 +26,7 @@ import tenacity
 from psycopg import sql
 
 from . import _ops, _sql
+from ._jitter import exponential_wait
 from .errors import one_line
 
 __all__ = ["Listener"]
@@ -134,7 +135,7 @@ class Listener:
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         retrying = tenacity.AsyncRetrying(
             retry=tenacity.retry_if_exception_type(psycopg.OperationalError),
-            wait=tenacity.wait_random_exponential(multiplier=0.05, max=self._max_backoff),
+            wait=exponential_wait(0.05, maximum=self._max_backoff),
             before_sleep=_log_retry,
             reraise=True,
         )

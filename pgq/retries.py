@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import datetime as dt
-import random
 from dataclasses import dataclass
 from typing import Protocol
 
+from ._jitter import JITTER
 from .context import _context
 from .errors import InvalidJob
 from .models import delay_seconds
@@ -63,7 +63,7 @@ class Backoff:
         exponent = min(max(attempt - 1, 0), 64)  # 2 ** 64 is already far past any max_delay
         delay = min(self.initial * self.factor**exponent, self.max_delay)
         if self.jitter:
-            delay = min(delay * (1 - self.jitter + random.random() * 2 * self.jitter), self.max_delay)
+            delay = min(delay * (1 - self.jitter + JITTER.random() * 2 * self.jitter), self.max_delay)
         return max(delay, self.min_delay)
 
 

@@ -7,6 +7,7 @@ import logging
 import re
 from typing import Any
 
+from .._jitter import exponential_wait
 from ..errors import NotMigrated, one_line
 from .args import int_range, non_empty, seconds_arg
 from .common import (
@@ -212,7 +213,7 @@ def wait_for_database(dsn: str, wait: float | None) -> None:
 
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception(lambda exc: isinstance(exc, CliError) and exc.code == EXIT_ERROR),
-        wait=tenacity.wait_random_exponential(multiplier=0.25, min=0.1, max=10.0),
+        wait=exponential_wait(0.25, minimum=0.1, maximum=10.0),
         stop=tenacity.stop_never if wait is None else tenacity.stop_after_delay(wait),
         before_sleep=log, reraise=True,
     )

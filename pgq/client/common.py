@@ -16,6 +16,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from .. import bounds
+from .._jitter import exponential_wait
 from ..errors import InvalidJob, PgqError
 from ..models import JSON, Claim, JobSpec, group_key_from
 
@@ -57,7 +58,7 @@ def _retry_args() -> dict[str, Any]:
     return {
         "retry": tenacity.retry_if_exception(connection_failure),
         "stop": tenacity.stop_after_attempt(4),
-        "wait": tenacity.wait_random_exponential(multiplier=0.1, max=2.0),
+        "wait": exponential_wait(0.1, maximum=2.0),
         "reraise": True,
     }
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from .. import _ops
+from .._jitter import JITTER
 from ..client import AsyncQueue
 from ..errors import one_line
 from ..models import JSON, Claim, JobSpec, JobStatus
@@ -164,7 +164,7 @@ class Acknowledger:
                 self.pending.progress.update(batch.progress)
                 self.pending.follow_ups.update(batch.follow_ups)
                 self._pending()
-                delay = min(0.05 * 2 ** min(failures, 10), 2.0) * random.uniform(0.5, 1.0)
+                delay = min(0.05 * 2 ** min(failures, 10), 2.0) * JITTER.uniform(0.5, 1.0)
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(delay):
                         await state.aborting.wait()

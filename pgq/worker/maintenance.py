@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from typing import Final
 import psycopg
 
 from .. import _ops
+from .._jitter import JITTER
 from ..client import AsyncQueue
 from ..errors import NotMigrated, one_line
 from ..metrics import Metrics
@@ -293,7 +293,7 @@ class PeriodicEnqueuer:
             if tick is not None:
                 wait = min(wait, (tick - now).total_seconds())
         if not leader:
-            wait = min(wait, self._retry_after * (0.5 + random.random()))
+            wait = min(wait, self._retry_after * (0.5 + JITTER.random()))
         # A few milliseconds late rather than early: the run must see the tick as due.
         return max(wait, 0.0) + 0.005
 
@@ -383,11 +383,11 @@ class Maintenance:
         now = time.monotonic()
         # Spread the workers' first runs a little, then keep each step on its own clock.
         due = {
-            "rescue": now + random.random() * min(self._rescue_interval, 1.0),
-            "settle": now + random.random() * self._settle_interval,
-            "counts": now + random.random() * min(self._count_interval, 5.0),
+            "rescue": now + JITTER.random() * min(self._rescue_interval, 1.0),
+            "settle": now + JITTER.random() * self._settle_interval,
+            "counts": now + JITTER.random() * min(self._count_interval, 5.0),
             "periodic": now if self._has_periodic else float("inf"),
-            "retention": now + random.random() * min(self._retention_interval, 10.0)
+            "retention": now + JITTER.random() * min(self._retention_interval, 10.0)
             if self.retention is not None else float("inf"),
         }
         failures = 0
@@ -410,7 +410,7 @@ class Maintenance:
                 due[step] = float("inf")
             except (psycopg.OperationalError, psycopg.errors.QueryCanceled) as exc:
                 failures += 1
-                backoff = min(0.2 * 2**failures, 10.0) * (0.5 + random.random())
+                backoff = min(0.2 * 2**failures, 10.0) * (0.5 + JITTER.random())
                 logger.warning("maintenance step %s failed (%s); retrying in %.1f s", step,
                                one_line(exc), backoff,
                                extra={"event": "maintenance_error", "step": step})
@@ -423,7 +423,7 @@ class Maintenance:
 
     async def _run_step(self, step: str) -> float:
         # Runs `step` once; returns the seconds until its next run.
-        jitter = 0.9 + random.random() * 0.2
+        jitter = 0.9 + JITTER.random() * 0.2
         if step == "rescue":
             await self.rescuer.run_once()
             return self._rescue_interval * jitter

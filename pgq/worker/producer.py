@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections.abc import Callable, Mapping
 from typing import Final
@@ -21,6 +20,7 @@ import psycopg
 import tenacity
 
 from .. import _ops
+from .._jitter import JITTER
 from ..client import AsyncQueue
 from ..errors import NotMigrated, PgqError, one_line
 from ..models import Claim
@@ -40,7 +40,7 @@ worker asks when the next scheduled job is due."""
 def db_trouble(what: str, failures: int, exc: BaseException | None) -> float:
     """Log a database problem during `what` (quietly after the first few failures in a row); return
     the seconds to back off: 0.1 s doubling up to 5 s, jittered down by up to half."""
-    delay: float = min(0.1 * 2.0 ** min(failures, 10), 5.0) * random.uniform(0.5, 1.0)
+    delay: float = min(0.1 * 2.0 ** min(failures, 10), 5.0) * JITTER.uniform(0.5, 1.0)
     if exc is not None:
         level = logging.WARNING if failures <= 3 or failures % 20 == 0 else logging.DEBUG
         logger.log(level, "database unavailable during %s (%s); retrying in %.2f s", what, one_line(exc), delay,
@@ -107,7 +107,7 @@ class Producer:
                     state.ready = True
                     state.ready_gen += 1
                     # Fire once: the claim this starts sets an earlier time if it has reason to.
-                    state.poll_at = now + poll_interval * random.uniform(0.8, 1.2)
+                    state.poll_at = now + poll_interval * JITTER.uniform(0.8, 1.2)
                 if self.claim_if_due(now):
                     continue
                 # Nothing to do now. When jobs may be ready (so only slots, claims in flight or the
@@ -235,7 +235,7 @@ class Producer:
             delay = await self._queue._run(_ops.next_run_at(self._queues))
         except (psycopg.OperationalError, psycopg.errors.QueryCanceled):
             delay = None
-        poll = state.config.poll_interval * random.uniform(0.8, 1.2)
+        poll = state.config.poll_interval * JITTER.uniform(0.8, 1.2)
         if delay is not None and delay <= 0 and not found_any:
             # Jobs are due, yet this claim got none: they are locked by other claims in flight, or
             # of kinds at their concurrency limit. Back off (50 ms, doubling up to the poll

@@ -17,7 +17,7 @@ ROOT = Path(pgq.__file__).resolve().parent
 # name stands for all its modules. Imports inside functions count too (a lazy import is still an
 # import of that module).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("pgq.errors", "pgq.bounds", "pgq.models", "pgq.insight", "pgq._sql", "pgq._schema"),
+    ("pgq.errors", "pgq.bounds", "pgq.models", "pgq.insight", "pgq._sql", "pgq._schema", "pgq._jitter"),
     ("pgq._ops", "pgq.cron", "pgq.context", "pgq.migrate", "pgq.roles", "pgq.role_sets", "pgq.embedded",
      "pgq.listener"),
     ("pgq.client", "pgq.waiting", "pgq.metrics", "pgq.retries"),
