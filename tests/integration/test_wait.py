@@ -103,11 +103,13 @@ def test_thousands_of_async_waits_share_one_listen_connection(pgq_dsn: str, pgq_
     ids = pgq_queue.enqueue_many([{"kind": "k", "payload": {"n": n}} for n in range(2000)])
 
     async def main() -> list[Any]:
-        async with AsyncQueue(pgq_dsn, max_size=4) as queue:
+        async with AsyncQueue(pgq_dsn, max_size=4) as queue, await psycopg.AsyncConnection.connect(
+                pgq_dsn, autocommit=True) as conn:
             waits = [asyncio.create_task(queue.wait(i, timeout=60)) for i in ids]
-            while sum(1 for r in await queue.list(limit=1) if r.status is JobStatus.QUEUED) == 0:
-                await asyncio.sleep(0.01)
-            await asyncio.sleep(1.0)  # the waits mark their jobs
+            # Every wait marks its job before the drain: no worker runs here, so no pgq.settle would tell
+            # a wait whose mark raced with its job's completion (the finish did not see the mark).
+            while (await (await conn.execute("SELECT count(*) FROM pgq.awaited_jobs")).fetchone()) != (2000,):
+                await asyncio.sleep(0.05)
 
             def drain() -> None:
                 with psycopg.connect(pgq_dsn, autocommit=True) as conn:
