@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -149,11 +150,16 @@ class Runner:
         return True
 
     def on_cancel(self, payload: str) -> None:
-        """A notification on channel pgq_cancel: `payload` is '<job id>:<lease token>' of an attempt
-        that was cancelled; interrupt it if this worker holds it."""
-        job_id, _, token = payload.partition(":")
-        if job_id.isdigit() and token:
-            self.interrupt(int(job_id), token, "cancelled")
+        """A notification on channel pgq_cancel: `payload` is '<job id>:<md5 of the lease token>' of
+        an attempt that was cancelled (revision 0032; before it, the token itself, which is matched
+        too while the schema is older than the worker); interrupt it if this worker holds it."""
+        job_id, _, mark = payload.partition(":")
+        if not (job_id.isdigit() and mark):
+            return
+        claim = self._state.inflight.get(int(job_id))
+        digest = hashlib.md5(claim.token.encode(), usedforsecurity=False).hexdigest() if claim else None
+        if claim is not None and mark in (claim.token, digest):
+            self.interrupt(int(job_id), claim.token, "cancelled")
 
     def _log_interrupt(self, job: Job, reason: str, what: str) -> None:
         self._state.count("lost" if reason == "lease lost" else "cancelled", job)

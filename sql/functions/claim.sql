@@ -78,6 +78,10 @@ DECLARE
     busy_age    integer;            -- age() of a snapshot's xmin (see (a))
     salt        text;               -- the reservations' key salt (pgq.claim_key)
     scope       text[];             -- the queues of the caller's scoped role set (NULL: any)
+    -- Revision 0032: one lease token per claim, not per row (a uuid per row cost about 8,000
+    -- instructions a job). The fence is (id, token), and every attempt of a job comes from another
+    -- claim, so a token still names one attempt of each job; the jobs sharing it are the caller's.
+    token       uuid := gen_random_uuid();
     prio        smallint;           -- the priority (a) scans (revision 0023)
     q_left      integer;            -- and what it may still reserve in the queue
     b_before    integer;            -- reservations before the second scan of (a)
@@ -264,7 +268,7 @@ BEGIN
                     UPDATE pgq.jobs j
                     SET status = 'running',
                         attempts = j.attempts + 1,
-                        lease_token = gen_random_uuid(),
+                        lease_token = token,
                         lease_expires_at = now() + make_interval(secs => lease_s),
                         claimed_by = worker,
                         started_at = statement_timestamp(),
@@ -890,7 +894,7 @@ BEGIN
         UPDATE pgq.jobs j
         SET status = 'running',
             attempts = j.attempts + 1,
-            lease_token = gen_random_uuid(),
+            lease_token = token,
             lease_expires_at = now() + make_interval(secs => lease_s),
             claimed_by = worker,
             -- With limited kinds, the time their starts are counted at (rate windows).

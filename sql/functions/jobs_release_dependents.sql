@@ -18,5 +18,6 @@ $fn$;
 COMMENT ON FUNCTION pgq.jobs_release_dependents() IS
     'Trigger of pgq.jobs: the jobs with dependents that a statement finishes (noted by '
     'jobs_collect_finished) release their children (count themselves off their pending_parents) or '
-    'cancel those that needed them to succeed; the first call of the statement does it for all, '
-    'locking up front, in id order, every waiting job a cascade of cancellations can reach.';
+    'cancel those that needed them to succeed, all at once at the end of the statement (a statement '
+    'trigger, revision 0032), locking up front, in id order, every waiting job a cascade of '
+    'cancellations can reach.';
