@@ -462,6 +462,49 @@ def test_a_cancelled_job_is_interrupted_counted_and_logged(pgq_dsn: str, db: DB,
     assert any(": cancelled; its handler is being stopped" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize("form", ["md5", "token", "neither"])
+def test_a_cancel_notice_names_the_attempt_by_its_token_digest_or_the_token(pgq_dsn: str, form: str) -> None:
+    """Revision 0032's notice names the md5 of the lease token (a claim's jobs share one); a schema
+    older than the worker names the token itself (a rolling upgrade): either interrupts the handler,
+    and a notice naming neither leaves it running to its end."""
+    app = pgq.App(pgq_dsn)
+    started = threading.Event()
+    outcome: list[str] = []
+
+    @app.task
+    async def victim() -> str:
+        started.set()
+        try:
+            await asyncio.sleep(1.5)
+        except asyncio.CancelledError:
+            outcome.append("interrupted")
+            raise
+        outcome.append("ran")
+        return "ran"
+
+    async def before(queue: AsyncQueue) -> None:
+        job_id = await victim.defer_async()
+        await asyncio.to_thread(started.wait, 5)
+        async with await psycopg.AsyncConnection.connect(pgq_dsn, autocommit=True) as conn:
+            row = await (await conn.execute(b"SELECT lease_token::text, md5(lease_token::text) FROM pgq.jobs "
+                                            b"WHERE id = %s", (job_id,))).fetchone()
+            assert row is not None
+            mark = {"md5": row[1], "token": row[0], "neither": "0" * 32}[form]
+            # The job is cancelled without the trigger's notice; this test sends the notice itself.
+            await conn.execute(b"ALTER TABLE pgq.jobs DISABLE TRIGGER jobs_notify_cancel")
+            await queue.cancel(job_id)
+            await conn.execute(b"SELECT pg_notify('pgq_cancel', %s)", (f"{job_id}:{mark}",))
+
+    worker = asyncio.run(run_worker_until(app, all_finished, before=before, timeout=10))
+    app.close()
+    if form == "neither":
+        assert outcome == ["ran"]
+        assert (worker.stats["lost"], worker.stats["cancelled"]) == (1, 0)  # its completion refused
+    else:
+        assert outcome == ["interrupted"]
+        assert (worker.stats["lost"], worker.stats["cancelled"]) == (0, 1)
+
+
 def test_stop_drains_running_jobs_to_completion(pgq_dsn: str, db: DB) -> None:
     app = pgq.App(pgq_dsn)
     started = threading.Event()
