@@ -11,7 +11,7 @@ from .scripts import run_in_scratch_database
 @pytest.mark.slow
 def test_soak_script_reports_steady_lines_and_drops_its_database(pgq_server_dsn: str) -> None:
     lines = run_in_scratch_database(
-        "soak.py", pgq_server_dsn, "--minutes", "0.25", "--report-every", "5", "--rate", "200",
+        "soak.py", pgq_server_dsn, "--minutes", "0.15", "--report-every", "3", "--rate", "200",
         "--workers", "1", "--retention", "2", "--retention-interval", "1", prefix="pgq_soak", timeout=120,
     )
     header = next(i for i, line in enumerate(lines) if line.split()[:3] == ["min", "enq/s", "done/s"])

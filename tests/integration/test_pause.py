@@ -76,7 +76,12 @@ def test_pause_waits_for_a_claim_in_flight_and_gives_up_on_a_hung_one(pgq_dsn: s
     result: list[bool] = []
     pauser = threading.Thread(target=lambda: result.append(pgq_queue.pause("mail")))
     pauser.start()
-    time.sleep(0.5)
+    with psycopg.connect(pgq_dsn, autocommit=True) as watch:  # until the pause waits on the claim's lock
+        deadline = time.monotonic() + 10
+        while watch.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                            "AND wait_event_type = 'Lock'").fetchone() == (0,):
+            assert time.monotonic() < deadline, "the pause never waited for the claim in flight"
+            time.sleep(0.01)
     assert result == []  # still waiting for the claim in flight
     hung.commit()
     pauser.join(10)

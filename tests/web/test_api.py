@@ -4,10 +4,12 @@ and the 400 / 404 / 405 / 409 answers to bad requests (never a 500)."""
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 
-from pgq import JobSpec, Queue
+import pgq.web.dashboard
+from pgq import AsyncQueue, JobSpec, Queue
 from tests.conftest import SQL, enqueue_after
 
 from .conftest import Client
@@ -313,7 +315,18 @@ def test_a_database_that_is_not_migrated_is_a_503_that_says_so(dashboard: Client
     assert client.get("/").status_code == 503
 
 
-def test_an_unreachable_database_is_a_503(dashboard: Client) -> None:
+def test_an_unreachable_database_is_a_503(dashboard: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The dashboard's pool waits 5 s for a connection before it gives up; half a second ends the same
+    # way (nothing listens on port 1), without the wait.
+    opened: list[QuickQueue] = []
+
+    class QuickQueue(AsyncQueue):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **{**kwargs, "timeout": 0.5})
+            opened.append(self)
+
+    monkeypatch.setattr(pgq.web.dashboard, "AsyncQueue", QuickQueue)
     client = dashboard("postgresql://nobody@127.0.0.1:1/none?connect_timeout=1")
     response = client.get("/api/queues")
     assert response.status_code == 503 and "cannot be reached" in response.json()["error"]
+    assert len(opened) == 1  # the dashboard's pool was the quick one
