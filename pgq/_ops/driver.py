@@ -5,6 +5,7 @@ settings and decoders, and translate database errors into pgq's."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Generic
@@ -22,6 +23,8 @@ from ..errors import CONSTRAINT_MESSAGES, InvalidJob, NotMigrated, PgqError
 from .core import Fetch, Operation, Steps, Stmt, T
 
 _raw_decode = json.JSONDecoder().raw_decode
+# What raw_decode calls (typeshed leaves it out): (value, end), StopIteration when there is none.
+_scan_once: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 class _JsonbBinaryLoader(Loader):
@@ -41,7 +44,14 @@ class _JsonbBinaryLoader(Loader):
         _JsonbBinaryLoader.decoded_bytes += len(data)
         if not data or data[0] != 1:
             raise psycopg.DataError(f"unknown jsonb binary format: {data[0] if data else 'empty'}")
-        return _decoded(str(memoryview(data)[1:], "utf-8"), len(data))
+        text = str(memoryview(data)[1:], "utf-8")
+        # Once per claimed job: the C scanner straight away, without raw_decode's and _decoded's
+        # Python frames; anything but a whole, well-formed value takes _decoded's path.
+        try:
+            value, end = _scan_once(text, 0)
+        except (ValueError, StopIteration, RecursionError):
+            return _decoded(text, len(data))
+        return value if end == len(text) else _decoded(text, len(data))
 
 
 class _JsonbTextLoader(Loader):

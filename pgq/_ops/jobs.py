@@ -319,7 +319,8 @@ def complete(
         # (id, status, woke) each; the status is NULL for a row the _skip statement found held.
         rows = first if first is not None else (yield Stmt("job_complete_skip", params, fetch="tuples"))
         done = {row[0]: STATUS_BY_VALUE[row[1]] for row in rows if row[1] is not None}
-        skipped = [row[0] for row in rows if row[1] is None]
+        # A row per job: only a batch with held rows has any to skip (a second pass per job otherwise).
+        skipped = [row[0] for row in rows if row[1] is None] if len(done) != len(rows) else []
         if wanted:
             yield from _enqueue_follow_ups(wanted, (i for i, s in done.items() if s == JobStatus.SUCCEEDED))
         return _busy_or_lost("complete", params["ids"], done, skipped, busy, raise_lost)

@@ -141,7 +141,8 @@ def _quiet_filter(record: logging.LogRecord) -> bool:
 
 
 _PARTS_KEPT = 1024
-"""The most (level, kind, queue, outcome) fours whose constant parts a finish line sink keeps."""
+"""The most (level, kind, queue, outcome, attempt, most attempts) keys whose constant parts a finish
+line sink keeps."""
 
 
 class _FinishLines:
@@ -163,29 +164,43 @@ class _FinishLines:
         self.text = text
         self.quiet = quiet
         self._filters = [_quiet_filter] if quiet else []
+        self._only = [handler]  # the root logger's handlers while this sink writes the lines
         self.root = logging.getLogger()
         self.worker = logging.getLogger("pgq.worker")
         self._pending: list[str] = []
-        self._parts: dict[tuple[int, str, str, str], tuple[str, str, str, str, str]] = {}
+        self._parts: dict[tuple[int, str, str, str, int, int], tuple[str, str, str]] = {}
 
     def __call__(self, level: int, job: Any, outcome: str, seconds: float) -> bool:
+        # Once per finished job (a no-op job's largest single cost in the worker, issue #47): the
+        # checks, the time stamp's cache and the duration's text are written out inline.
         handler, root, worker = self.handler, self.root, self.worker
-        if (len(root.handlers) != 1 or root.handlers[0] is not handler or handler.filters != self._filters
-                or root.filters or worker.handlers or worker.filters or not worker.propagate
-                or level < handler.level):
+        if (root.handlers != self._only or handler.filters != self._filters or root.filters or worker.handlers
+                or worker.filters or not worker.propagate or level < handler.level):
             return False
         if self.quiet and level < logging.WARNING:
             return True  # what _quiet_filter drops: a finish line is a job_finish event
         if not self.text:
             return False
-        kind, queue = job.kind, job.queue
-        parts = self._parts.get((level, kind, queue, outcome))
+        key = (level, job.kind, job.queue, outcome, job.attempts, job.max_attempts)
+        parts = self._parts.get(key)
         if parts is None:
-            parts = self._learn(level, kind, queue, outcome)
+            parts = self._learn(key)
+        now = time.time()
+        whole, cached = int(now), _milli  # _timestamp_of's cache, as it reckons the millisecond
+        stamp = cached[1] if cached[0] == whole * 1000 + int((now - whole) * 1000) else _timestamp_of(now)
         ms = seconds * 1000
-        line = (f"{_timestamp_of(time.time())}{parts[0]}job {job.id} {parts[1]} attempt {job.attempts}/"
-                f"{job.max_attempts}: {parts[2]} ({ms:.1f} ms) event=job_finish job_id={job.id} {parts[3]}"
-                f"attempt={job.attempts} {parts[4]}duration_ms={round(ms, 3)!r}\n")
+        if type(ms) is float and 0.0 <= ms < 1e12:
+            # repr(round(ms, 3)), at half the cost: below 1e12 a value of 3 decimals has at most 15
+            # significant digits, so its shortest repr is its %.3f text without trailing zeros (8
+            # million values compared when this was written; tests/cli/test_helpers.py keeps a sample).
+            duration = f"{ms:.3f}".rstrip("0")
+            if duration[-1] == ".":
+                duration += "0"
+        else:
+            duration = repr(round(ms, 3))
+        job_id = str(job.id)
+        line = (f"{stamp}{parts[0]}{job_id} {parts[1]}({ms:.1f} ms) event=job_finish job_id={job_id} {parts[2]}"
+                f"duration_ms={duration}\n")
         try:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -193,21 +208,24 @@ class _FinishLines:
         if loop is None:  # not on an event loop's thread: now
             self._write(line)
         else:  # the lines of one turn of the event loop go out in one write, at the end of that turn
-            if not self._pending:
+            pending = self._pending
+            if not pending:
                 loop.call_soon(self._flush)
-            self._pending.append(line)
+            pending.append(line)
         return True
 
-    def _learn(self, level: int, kind: str, queue: str, outcome: str) -> tuple[str, str, str, str, str]:
-        """The parts of a finish line that depend only on its level, kind, queue and outcome, made once
-        for each such four (at most _PARTS_KEPT are kept): the level, and kind and outcome as the
-        message and as logfmt fields write them."""
+    def _learn(self, key: tuple[int, str, str, str, int, int]) -> tuple[str, str, str]:
+        """The parts of a finish line that depend only on its level, kind, queue, outcome, attempt and
+        most attempts (`key`), made once for each such six (at most _PARTS_KEPT are kept): the level,
+        and kind, outcome and attempt as the message and as logfmt fields write them."""
         if len(self._parts) >= _PARTS_KEPT:
             self._parts.clear()
-        parts = (f" {logging.getLevelName(level):<7} pgq.worker: ", kind.replace("\n", "\\n"),
-                 outcome.replace("\n", "\\n"), f"kind={_logfmt(kind)} queue={_logfmt(queue)} ",
-                 f"outcome={_logfmt(outcome)} ")
-        self._parts[(level, kind, queue, outcome)] = parts
+        level, kind, queue, outcome, attempts, max_attempts = key
+        parts = (f" {logging.getLevelName(level):<7} pgq.worker: job ",
+                 f"{kind.replace(chr(10), chr(92) + 'n')} attempt {attempts}/{max_attempts}: "
+                 f"{outcome.replace(chr(10), chr(92) + 'n')} ",
+                 f"kind={_logfmt(kind)} queue={_logfmt(queue)} attempt={attempts} outcome={_logfmt(outcome)} ")
+        self._parts[key] = parts
         return parts
 
     def _flush(self) -> None:

@@ -283,3 +283,61 @@ def test_direct_finish_lines_of_one_event_loop_turn_go_out_together_at_its_end()
     during, after = asyncio.run(turn())
     assert during == ""
     assert [line.split(" job_id=")[1].split()[0] for line in after.splitlines()] == ["1", "2", "3"]
+
+
+def test_the_direct_finish_lines_duration_is_the_logging_modules_for_any_duration() -> None:
+    """The sink writes a duration's `duration_ms` field as its %.3f text without trailing zeros, not
+    through round() and repr() (issue #47): the same text as the logging module's line, checked over
+    many random durations, the halfway cases of the third decimal and the ends of its range."""
+    import math
+    import random
+
+    from pgq.models import Job, JobStatus
+    from pgq.worker.outcome import finish_sink
+
+    now = dt.datetime.now(dt.UTC)
+    job = Job(id=1, queue="q", kind="k", payload={}, priority=0, status=JobStatus.RUNNING, run_at=now, attempts=1,
+              max_attempts=3, dedupe_key=None, lease_token=None, lease_expires_at=now, claimed_by="w",
+              last_error=None, result=None, input_watermark=None, done_watermark=None, created_at=now,
+              started_at=now, finished_at=None)
+    rnd = random.Random(47)
+    seconds = [rnd.random() * scale for scale in (1e-6, 1e-3, 1.0, 60.0, 1e4, 1e8) for _ in range(3000)]
+    for _ in range(3000):
+        tie = rnd.randrange(10**9) / 1000 + 0.0005  # ms halfway between two values of 3 decimals
+        seconds += [tie / 1000, math.nextafter(tie, 0) / 1000, math.nextafter(tie, math.inf) / 1000]
+    seconds += [0.0, 0.0000005, 0.0000015, 0.0025, 1e9 - 1e-6, 1e9, 1e12, 5, 0, math.nan, math.inf]
+    out = io.StringIO()
+    setup_logging("INFO", "text", out)
+    sink = finish_sink()
+    assert sink is not None
+    for s in seconds:
+        assert sink(logging.INFO, job, "succeeded", s)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == len(seconds)
+    for s, line in zip(seconds, lines, strict=True):
+        ms = s * 1000
+        assert line.endswith(f" ({ms:.1f} ms) event=job_finish job_id=1 kind=k queue=q attempt=1 outcome=succeeded "
+                             f"duration_ms={round(ms, 3)!r}"), (s, line)
+
+
+def test_the_direct_finish_line_names_each_attempt() -> None:
+    """The sink keeps a line's constant parts per attempt too: jobs of one kind, queue and outcome at
+    different attempts each name their own."""
+    from pgq.models import Job, JobStatus
+    from pgq.worker.outcome import finish_sink
+
+    now = dt.datetime.now(dt.UTC)
+    out = io.StringIO()
+    setup_logging("INFO", "text", out)
+    sink = finish_sink()
+    assert sink is not None
+    cases = [(1, 3), (2, 3), (1, 5), (1, 3)]
+    for i, (attempts, most) in enumerate(cases):
+        job = Job(id=i, queue="q", kind="k", payload={}, priority=0, status=JobStatus.RUNNING, run_at=now,
+                  attempts=attempts, max_attempts=most, dedupe_key=None, lease_token=None, lease_expires_at=now,
+                  claimed_by="w", last_error=None, result=None, input_watermark=None, done_watermark=None,
+                  created_at=now, started_at=now, finished_at=None)
+        assert sink(logging.INFO, job, "succeeded", 0.001)
+    for i, (line, (attempts, most)) in enumerate(zip(out.getvalue().splitlines(), cases, strict=True)):
+        assert f"job {i} k attempt {attempts}/{most}: succeeded " in line
+        assert f" job_id={i} kind=k queue=q attempt={attempts} outcome=succeeded " in line
