@@ -172,7 +172,7 @@ class _FinishLines:
 
     def __call__(self, level: int, job: Any, outcome: str, seconds: float) -> bool:
         # Once per finished job (a no-op job's largest single cost in the worker, issue #47): the
-        # checks, the time stamp's cache and the duration's text are written out inline.
+        # checks and the duration's text are written out inline.
         handler, root, worker = self.handler, self.root, self.worker
         if (root.handlers != self._only or handler.filters != self._filters or root.filters or worker.handlers
                 or worker.filters or not worker.propagate or level < handler.level):
@@ -185,9 +185,7 @@ class _FinishLines:
         parts = self._parts.get(key)
         if parts is None:
             parts = self._learn(key)
-        now = time.time()
-        whole, cached = int(now), _milli  # _timestamp_of's cache, as it reckons the millisecond
-        stamp = cached[1] if cached[0] == whole * 1000 + int((now - whole) * 1000) else _timestamp_of(now)
+        stamp = _timestamp_of(time.time())
         ms = seconds * 1000
         if type(ms) is float and 0.0 <= ms < 1e12:
             # repr(round(ms, 3)), at half the cost: below 1e12 a value of 3 decimals has at most 15

@@ -27,9 +27,8 @@ from ..context import JobContext, _current
 from ..errors import InvalidJob, one_line
 from ..models import Claim, Job, JobSpec, TracedJobSpec
 from ..tasks import AnyTask
-from . import outcome as outcome_module
 from .acks import Acknowledger
-from .outcome import FINISH_LEVELS, HandlerTimeout, Rejected, Verdict, clip, job_extra, verdict
+from .outcome import FINISH_LEVELS, HandlerTimeout, Rejected, Verdict, clip, finish_sink, job_extra, verdict
 from .state import ProcessSpan, ProcessTracer, Running, WorkerState
 from .threads import Threads, retrieve
 
@@ -77,30 +76,32 @@ class Runner:
         self._state.count("claimed", job)
         run = Running(claim, claimed_at, JobContext(claim, claimed_at, self._tasks))
         self._running[job.id] = run
-        # Once per job: the attempt is begun here rather than in a method of its own (a Python call
-        # is a measurable share of a no-op job's cost in the worker, issue #47).
         try:
-            task = self._tasks.get(job.kind)
-            if self._tracer is not None:
-                run.task = asyncio.get_running_loop().create_task(self._execute_traced(run, self._tracer))
-                return
-            if task is not None and not task.is_async and task.timeout is None:
-                # A sync handler that needs no timeout: straight to a thread, its outcome handled by a
-                # callback on the loop. No task or future per job, which for short handlers is a good
-                # part of the worker's own CPU time per job.
-                try:
-                    kwargs = task.check_arguments(job.payload)
-                except InvalidJob:
-                    pass  # _execute rejects it, with the reason
-                else:
-                    self._log_start(job)
-                    run.started = time.monotonic()
-                    self._threads.call(sync_call(task, kwargs, run.context),
-                                       functools.partial(self._sync_done, run, task))
-                    return
-            run.task = asyncio.get_running_loop().create_task(self._execute(run))
+            self._begin(run)
         except Exception as exc:
             self.prepare_failed(run, exc)
+
+    def _begin(self, run: Running) -> None:
+        job = run.claim.job
+        task = self._tasks.get(job.kind)
+        if self._tracer is not None:
+            run.task = asyncio.get_running_loop().create_task(self._execute_traced(run, self._tracer))
+            return
+        if task is not None and not task.is_async and task.timeout is None:
+            # A sync handler that needs no timeout: straight to a thread, its outcome handled by a
+            # callback on the loop. No task or future per job, which for short handlers is a good
+            # part of the worker's own CPU time per job.
+            try:
+                kwargs = task.check_arguments(job.payload)
+            except InvalidJob:
+                pass  # _execute rejects it, with the reason
+            else:
+                self._log_start(job)
+                run.started = time.monotonic()
+                self._threads.call(sync_call(task, kwargs, run.context),
+                                   functools.partial(self._sync_done, run, task))
+                return
+        run.task = asyncio.get_running_loop().create_task(self._execute(run))
 
     def prepare_failed(self, run: Running, exc: Exception) -> None:
         """The attempt of `run` failed before its handler was called (`exc`): fail it as a
@@ -156,8 +157,8 @@ class Runner:
         if not (job_id.isdigit() and mark):
             return
         claim = self._state.inflight.get(int(job_id))
-        digest = hashlib.md5(claim.token.encode(), usedforsecurity=False).hexdigest() if claim else None
-        if claim is not None and mark in (claim.token, digest):
+        if claim is not None and mark in (claim.token, hashlib.md5(claim.token.encode(), usedforsecurity=False)
+                                          .hexdigest()):
             self.interrupt(int(job_id), claim.token, "cancelled")
 
     def _log_interrupt(self, job: Job, reason: str, what: str) -> None:
@@ -270,17 +271,10 @@ class Runner:
         if run.interrupted is not None:
             return run.interrupted, None
         claim = run.claim
-        context = run.context
-        progress = context.unsent_progress()
+        progress = run.context.unsent_progress()
         if progress is not None:
             self._acks.progress(claim.id, progress)
-        if (failed is None and value is None and run.span is None
-                and (task is None or task.on_success is None)):
-            # What `verdict` decides for a handler that returned None, made without it (and its
-            # Verdict): the most common end of a job, once per job.
-            self._acks.complete(claim, None, context.follow_ups)
-            return "succeeded", None
-        decided = verdict(claim, task, value, failed, context.follow_ups, self._tasks)
+        decided = verdict(claim, task, value, failed, run.context.follow_ups, self._tasks)
         if run.span is not None:
             decided = self._traced(run.span, decided, failed)
         if decided.failure is not None:
@@ -356,7 +350,7 @@ class Runner:
         level = FINISH_LEVELS.get(outcome, logging.ERROR)
         if not logger.isEnabledFor(level):
             return
-        sink = outcome_module._finish_sink  # finish_sink(), without a call per job
+        sink = finish_sink()
         if error is None and sink is not None and sink(level, job, outcome, seconds):
             return
         extra = job_extra(job, "job_finish")
