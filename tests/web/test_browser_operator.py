@@ -75,6 +75,22 @@ def _scroll_to(locator: Any) -> None:
                 raise
 
 
+def _follow(page: Any, link: Any) -> None:
+    """Click `link` and wait for the page it leads to. The overview's live refresh (every 5 s)
+    replaces the queue table: a click that lands as the table is replaced hits the old row, which
+    leads nowhere, as a reader's click would be lost; the link is then clicked again (CI saw it once,
+    with the suite in parallel)."""
+    href = link.get_attribute("href")
+    for attempt in range(3):
+        link.click()
+        try:
+            page.wait_for_url(f"**{href}", timeout=3000)
+            return
+        except sync_api.TimeoutError:
+            if attempt == 2:
+                raise
+
+
 def _busy_database(queue: Queue, db: SQL) -> None:
     for name in ("billing", "mail", "images", "reports-with-a-long-name"):
         queue.enqueue_many([{"kind": "send_email", "queue": name}] * 3)
@@ -99,7 +115,7 @@ def test_overview_and_queue_page_fit_and_resume(page: Any, pgq_queue: Queue, db:
     expect(pause).to_be_in_viewport()
     page.shot("overview")
 
-    page.click('tr[data-queue="billing"] td.name a')
+    _follow(page, page.locator('tr[data-queue="billing"] td.name a'))
     expect(page.locator("h1")).to_contain_text("billing")
     expect(page.locator("#paused-banner")).to_contain_text("Paused")
     expect(page.locator('[data-tab="ready"] .count')).to_have_text("3")
@@ -158,7 +174,7 @@ def test_queue_page_names_who_paused_it_and_its_unknown_kinds(page: Any, pgq_que
     expect(page.locator('tr[data-queue="billing"] [data-unknown-kinds]')).to_contain_text(
         "5 of unknown kinds: legacy_export, resize_v2")
     _fits(page, "#queues")  # the note wraps under the number instead of widening the table
-    page.click('tr[data-queue="billing"] td.name a')
+    _follow(page, page.locator('tr[data-queue="billing"] td.name a'))
     expect(page.locator("#paused-by")).to_have_text("cli:ops-alice")
     expect(page.locator("#paused-role")).to_have_text(f"via role {role}")
     unknown = page.locator("#unknown-kinds")
