@@ -9,6 +9,14 @@ import psycopg
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def _django_set_up(django_dsn: str) -> None:
+    """Django set up on its test database (tests.djangotasks.settings) for every test here, whichever
+    test of its process ran first: a test that only declares or inspects tasks needs the settings as
+    much as one that enqueues (a test run alone, or first in its pytest-xdist process, failed with
+    "settings are not configured")."""
+
+
 @pytest.fixture
 def backend(django_dsn: str) -> Iterator[Any]:
     """The project's PgqBackend, on a jobs table emptied before and after the test."""
