@@ -27,6 +27,8 @@ BEGIN
             EXECUTE format('ALTER TABLE pgq.finished_jobs ATTACH PARTITION pgq.%I'
                            ' FOR VALUES FROM (%L) TO (%L)',
                            part, day::text || ' 00:00:00+00', (day + 1)::text || ' 00:00:00+00');
+            EXECUTE format('COMMENT ON TABLE pgq.%I IS %L', part,
+                           'The jobs of pgq.finished_jobs that finished on ' || day::text || ' (UTC).');
             created := created + 1;
         EXCEPTION
             -- The day is already covered (the partition of the jobs finished before revision 0033

@@ -56,10 +56,12 @@ BEGIN
         FROM pg_catalog.pg_class c
         WHERE c.relnamespace = 'pgq'::pg_catalog.regnamespace
           AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'c', 'S')
-          -- Sequences of identity and serial columns follow their table.
-          AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend d
-                          WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.objid = c.oid
-                            AND d.deptype IN ('a', 'i'))
+          -- Sequences of identity and serial columns follow their table. (Only sequences: a partition
+          -- depends on its table, and a partitioned table on its key columns, the same way.)
+          AND NOT (c.relkind = 'S'
+                   AND EXISTS (SELECT FROM pg_catalog.pg_depend d
+                               WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.objid = c.oid
+                                 AND d.deptype IN ('a', 'i')))
         UNION ALL
         SELECT pg_catalog.format('ALTER ROUTINE %s OWNER TO %I', p.oid::pg_catalog.regprocedure, {admin_name})
         FROM pg_catalog.pg_proc p

@@ -26,6 +26,17 @@ WHERE a.attrelid = 'pgq.jobs'::regclass AND a.attnum > 0 AND NOT a.attisdropped
 UNION ALL
 SELECT 'sequence', NULL, s.last_value::text, s.is_called::text FROM pgq.jobs_id_seq s;
 
+CREATE TEMPORARY TABLE pgq_0033_functions ON COMMIT DROP AS
+SELECT p.oid, p.oid::regprocedure::text AS signature, pg_catalog.pg_get_functiondef(p.oid) AS body,
+       pg_catalog.obj_description(p.oid, 'pg_proc') AS comment, p.proacl, p.proowner::regrole::text AS owner
+FROM pg_catalog.pg_proc p
+WHERE p.oid IN (SELECT d.objid FROM pg_catalog.pg_depend d
+                WHERE d.classid = 'pg_catalog.pg_proc'::regclass
+                  AND d.refobjid IN (SELECT t.oid FROM pg_catalog.pg_type t WHERE t.typrelid = 'pgq.jobs'::regclass
+                                     UNION ALL
+                                     SELECT t.typarray FROM pg_catalog.pg_type t
+                                     WHERE t.typrelid = 'pgq.jobs'::regclass));
+
 ALTER TABLE pgq.finished_jobs DETACH PARTITION pgq.finished_jobs_before_0033;
 ALTER TABLE pgq.finished_jobs_before_0033 DROP CONSTRAINT finished_jobs_before_0033_bound;
 INSERT INTO pgq.finished_jobs_before_0033 SELECT * FROM pgq.jobs;
@@ -41,6 +52,29 @@ BEGIN
     END LOOP;
 END
 $views$;
+-- The functions returning rows of pgq.jobs return the old table's again.
+DO $functions$
+DECLARE
+    f record;
+    g record;
+BEGIN
+    FOR f IN SELECT * FROM pgq_0033_functions ORDER BY signature LOOP
+        EXECUTE format('DROP FUNCTION %s', f.oid::regprocedure);
+        EXECUTE f.body;
+        EXECUTE format('COMMENT ON FUNCTION %s IS %L', f.signature, f.comment);
+        IF f.proacl IS NOT NULL THEN
+            EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f.signature);
+            FOR g IN SELECT x.privilege_type, x.grantee FROM pg_catalog.aclexplode(f.proacl) x LOOP
+                EXECUTE format('GRANT %s ON FUNCTION %s TO %s', g.privilege_type, f.signature,
+                               CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(g.grantee::regrole::text) END);
+            END LOOP;
+        END IF;
+        IF f.owner <> current_user THEN
+            EXECUTE format('ALTER FUNCTION %s OWNER TO %I', f.signature, f.owner);
+        END IF;
+    END LOOP;
+END
+$functions$;
 DROP TABLE pgq.jobs_0033_partitioned;
 DROP FUNCTION pgq.finished_partitions_ensure(integer);
 

@@ -49,6 +49,19 @@ SELECT 'column grant', a.attname, x.privilege_type,
 FROM pg_catalog.pg_attribute a, pg_catalog.aclexplode(a.attacl) x
 WHERE a.attrelid = 'pgq.jobs'::regclass AND a.attnum > 0 AND NOT a.attisdropped;
 
+-- Functions whose result is a row of pgq.jobs: that row type goes with the old table (it becomes a
+-- partition), so each is made again, with its comment, owner and grants, returning the new table's rows.
+CREATE TEMPORARY TABLE pgq_0033_functions ON COMMIT DROP AS
+SELECT p.oid, p.oid::regprocedure::text AS signature, pg_catalog.pg_get_functiondef(p.oid) AS body,
+       pg_catalog.obj_description(p.oid, 'pg_proc') AS comment, p.proacl, p.proowner::regrole::text AS owner
+FROM pg_catalog.pg_proc p
+WHERE p.oid IN (SELECT d.objid FROM pg_catalog.pg_depend d
+                WHERE d.classid = 'pg_catalog.pg_proc'::regclass
+                  AND d.refobjid IN (SELECT t.oid FROM pg_catalog.pg_type t WHERE t.typrelid = 'pgq.jobs'::regclass
+                                     UNION ALL
+                                     SELECT t.typarray FROM pg_catalog.pg_type t
+                                     WHERE t.typrelid = 'pgq.jobs'::regclass));
+
 -- The ids go on from the identity's sequence, which becomes a plain one owned by the new table
 -- (a partition cannot keep an identity column from PostgreSQL 17 on).
 DO $seq$
@@ -108,7 +121,8 @@ CREATE TABLE pgq.jobs (
 ALTER SEQUENCE pgq.jobs_id_seq OWNED BY pgq.jobs.id;
 
 -- The jobs that can still run. Fillfactor 50: a claim's new version of a row finds room on its page
--- (one WAL record of the changed bytes instead of a whole row and a lock record).
+-- (one WAL record of the changed bytes instead of a whole row and a lock record). Autovacuum as
+-- revisions 0003 and 0010 set it for the old table: by counts of dead rows, not by a share of the table.
 CREATE TABLE pgq.live_jobs PARTITION OF pgq.jobs (
     CONSTRAINT live_jobs_pkey PRIMARY KEY (id),
     CONSTRAINT jobs_attempts_not_negative CHECK (attempts >= 0),
@@ -125,7 +139,10 @@ CREATE TABLE pgq.live_jobs PARTITION OF pgq.jobs (
     CONSTRAINT jobs_queue_not_empty CHECK (queue <> ''),
     CONSTRAINT jobs_run_at_bounded
         CHECK (run_at >= '1900-01-01 00:00:00+00' AND run_at <= now() + interval '876624 hours')
-) DEFAULT WITH (fillfactor = 50);
+) DEFAULT WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000,
+                  autovacuum_vacuum_insert_scale_factor = 0, autovacuum_vacuum_insert_threshold = 50000,
+                  autovacuum_analyze_scale_factor = 0, autovacuum_analyze_threshold = 5000,
+                  autovacuum_vacuum_cost_limit = 2000, autovacuum_vacuum_cost_delay = 1);
 
 CREATE UNIQUE INDEX live_jobs_dedupe_active_uq ON pgq.live_jobs (queue, dedupe_key)
     WHERE dedupe_key IS NOT NULL AND status IN ('queued', 'running');
@@ -282,6 +299,29 @@ CREATE TRIGGER jobs_deleted_keep_counts
     REFERENCING OLD TABLE AS gone
     FOR EACH STATEMENT
     EXECUTE FUNCTION pgq.finished_counts_keep_deleted();
+
+DO $functions$
+DECLARE
+    f record;
+    g record;
+BEGIN
+    FOR f IN SELECT * FROM pgq_0033_functions ORDER BY signature LOOP
+        EXECUTE format('DROP FUNCTION %s', f.oid::regprocedure);
+        EXECUTE f.body;
+        EXECUTE format('COMMENT ON FUNCTION %s IS %L', f.signature, f.comment);
+        IF f.proacl IS NOT NULL THEN
+            EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f.signature);
+            FOR g IN SELECT x.privilege_type, x.grantee FROM pg_catalog.aclexplode(f.proacl) x LOOP
+                EXECUTE format('GRANT %s ON FUNCTION %s TO %s', g.privilege_type, f.signature,
+                               CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(g.grantee::regrole::text) END);
+            END LOOP;
+        END IF;
+        IF f.owner <> current_user THEN
+            EXECUTE format('ALTER FUNCTION %s OWNER TO %I', f.signature, f.owner);
+        END IF;
+    END LOOP;
+END
+$functions$;
 
 -- Row security as revision 0021 set it (scoped role sets add their policies to pgq.jobs).
 ALTER TABLE pgq.jobs ENABLE ROW LEVEL SECURITY;

@@ -128,11 +128,11 @@ def test_a_result_lookup_of_an_undecodable_job_raises_a_pgq_error(project: str) 
     from tests.djangotasks.shop.tasks import ship
 
     with psycopg.connect(project, autocommit=True) as conn:
-        conn.execute("ALTER TABLE pgq.jobs DISABLE TRIGGER jobs_json_bounded_insert")
+        conn.execute("ALTER TABLE pgq.live_jobs DISABLE TRIGGER jobs_json_bounded_insert")
         try:
             [(job,)] = conn.execute("INSERT INTO pgq.jobs (kind, queue, payload) VALUES ('shop.tasks.ship', 'shop', "
                                     "%s::jsonb) RETURNING id", ["[" * DEEP + "]" * DEEP]).fetchall()
         finally:
-            conn.execute("ALTER TABLE pgq.jobs ENABLE TRIGGER jobs_json_bounded_insert")
+            conn.execute("ALTER TABLE pgq.live_jobs ENABLE TRIGGER jobs_json_bounded_insert")
     with pytest.raises(PgqError, match="cannot be decoded"):
         ship.get_backend().get_result(str(job))

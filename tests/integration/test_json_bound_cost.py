@@ -23,7 +23,8 @@ def test_the_triggers_when_clauses_call_built_in_functions_only(db: SQL) -> None
     """Neither trigger's WHEN clause names a function of schema pgq (each would be inlined from its
     source again by every statement that fires the trigger)."""
     rows = db("SELECT t.tgname, pg_get_triggerdef(t.oid) AS d FROM pg_trigger t "
-              "WHERE t.tgrelid = 'pgq.jobs'::regclass AND t.tgname LIKE 'jobs_json_bounded_%%' ORDER BY 1")
+              "WHERE t.tgrelid IN ('pgq.jobs'::regclass, 'pgq.live_jobs'::regclass) "
+              "AND t.tgname LIKE 'jobs_json_bounded_%%' ORDER BY 1")
     assert [r["tgname"] for r in rows] == ["jobs_json_bounded_insert", "jobs_json_bounded_update"]
     for r in rows:
         when = r["d"].split(" WHEN ", 1)[1].split(" EXECUTE FUNCTION ", 1)[0]

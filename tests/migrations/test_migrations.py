@@ -118,8 +118,10 @@ def test_upgrade_on_empty_db_creates_everything_in_schema_pgq_and_nothing_in_pub
 
     snapshot = schema_snapshot(pgq_empty_dsn)
     relations = {row[0]: row[1] for row in snapshot["relations"]}
-    for table in ("jobs", "key_watermarks", "concurrency_limits", "alembic_version"):
+    for table in ("key_watermarks", "concurrency_limits", "alembic_version"):
         assert relations[table] == "r"
+    # Revision 0033: pgq.jobs is partitioned, live jobs apart from finished ones by day.
+    assert (relations["jobs"], relations["live_jobs"], relations["finished_jobs"]) == ("p", "r", "p")
     for view in ("queue_stats", "job_counts", "running_jobs"):
         assert relations[view] == "v"
     assert {row[0] for row in snapshot["functions"]} >= {"enqueue", "enqueue_many", "jobs_guard_admin_transition"}
@@ -245,7 +247,11 @@ def test_every_table_column_view_function_and_type_has_a_comment(pgq_dsn: str) -
     snapshot = schema_snapshot(pgq_dsn)
     # alembic creates its version table; pgq owns the rest.
     owned = [row for row in snapshot["relations"] if row[0] != "alembic_version"]
-    tables = {row[0] for row in owned if row[1] in ("r", "p")}
+    # The partitions of pgq.jobs (revision 0033) each say what they hold; their columns are pgq.jobs's.
+    partitions = {row[0] for row in query(pgq_dsn, "SELECT relname FROM pg_class "
+                                                   "WHERE relispartition AND relnamespace = 'pgq'::regnamespace")}
+    assert {"live_jobs", "finished_jobs", "finished_jobs_before_0033", "finished_jobs_default"} <= partitions
+    tables = {row[0] for row in owned if row[1] in ("r", "p")} - partitions
     uncommented = [("relation", row[0]) for row in owned if row[1] in ("r", "p", "v", "m") and not row[3]]
     uncommented += [("column", f"{row[0]}.{row[2]}") for row in snapshot["columns"] if row[0] in tables and not row[8]]
     uncommented += [("function", row[0]) for row in snapshot["functions"] if not row[3]]
@@ -392,7 +398,8 @@ def test_checking_the_schema_does_not_import_alembic(pgq_dsn: str) -> None:
 
 
 def test_0003_sets_churn_storage_parameters_and_its_downgrade_removes_everything_it_added(pgq_dsn: str) -> None:
-    reloptions = "SELECT reloptions FROM pg_class WHERE oid = 'pgq.jobs'::regclass"
+    # Since revision 0033 the jobs that churn are in pgq.live_jobs, which carries 0003's settings.
+    reloptions = "SELECT reloptions FROM pg_class WHERE oid = coalesce(to_regclass('pgq.live_jobs'), 'pgq.jobs')"
     added = """
         SELECT c.relname FROM pg_class c
         WHERE c.relnamespace = 'pgq'::regnamespace
@@ -401,7 +408,7 @@ def test_0003_sets_churn_storage_parameters_and_its_downgrade_removes_everything
         ORDER BY 1
     """
     [(options,)] = query(pgq_dsn, reloptions)
-    assert {"fillfactor=90", "autovacuum_vacuum_scale_factor=0", "autovacuum_vacuum_threshold=10000",
+    assert {"fillfactor=50", "autovacuum_vacuum_scale_factor=0", "autovacuum_vacuum_threshold=10000",
             "autovacuum_analyze_threshold=5000", "autovacuum_vacuum_cost_delay=1"} <= set(options)
     assert len(query(pgq_dsn, added)) == 6
 

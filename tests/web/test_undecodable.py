@@ -16,12 +16,12 @@ DEEP = "[" * 5000 + "]" * 5000
 
 
 def test_the_job_page_and_the_api_show_a_job_whose_payload_cannot_be_decoded(dashboard: Client, db: SQL) -> None:
-    db("ALTER TABLE pgq.jobs DISABLE TRIGGER jobs_json_bounded_insert")
+    db("ALTER TABLE pgq.live_jobs DISABLE TRIGGER jobs_json_bounded_insert")
     try:
         [row] = db("INSERT INTO pgq.jobs (kind, payload, result) VALUES ('k', %s::jsonb, %s::jsonb) RETURNING id",
                    [DEEP, "[" * 900 + "]" * 900])
     finally:
-        db("ALTER TABLE pgq.jobs ENABLE TRIGGER jobs_json_bounded_insert")
+        db("ALTER TABLE pgq.live_jobs ENABLE TRIGGER jobs_json_bounded_insert")
     client = dashboard()
     page = client.get(f"/jobs/{row['id']}")
     assert page.status_code == 200, page.text[:300]

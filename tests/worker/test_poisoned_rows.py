@@ -29,11 +29,11 @@ TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 @contextlib.contextmanager
 def unchecked(db: DB) -> Iterator[None]:
     """Write pgq.jobs past the bounds, as rows written before revision 0019 are."""
-    db.rows("ALTER TABLE pgq.jobs DISABLE TRIGGER jobs_json_bounded_insert")
+    db.rows("ALTER TABLE pgq.live_jobs DISABLE TRIGGER jobs_json_bounded_insert")
     try:
         yield
     finally:
-        db.rows("ALTER TABLE pgq.jobs ENABLE TRIGGER jobs_json_bounded_insert")
+        db.rows("ALTER TABLE pgq.live_jobs ENABLE TRIGGER jobs_json_bounded_insert")
 
 
 def poisoned(db: DB, kind: str, *, payload: str = "{}", context: str | None = None, n: int = 1) -> list[int]:
