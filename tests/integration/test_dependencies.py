@@ -136,7 +136,8 @@ def test_waiting_jobs_are_counted_through_their_partial_index(pgq_queue: Queue, 
     count = "SELECT j.queue, count(*) AS n FROM pgq.jobs j WHERE j.status = 'waiting' GROUP BY j.queue ORDER BY 1"
 
     plan = "\n".join(r["QUERY PLAN"] for r in db("EXPLAIN " + count))
-    assert "jobs_waiting_idx" in plan and "Seq Scan" not in plan, plan
+    # Since revision 0033 the finished jobs are in partitions of their own that the count never reads.
+    assert "live_jobs" in plan and "finished_jobs" not in plan, plan
     assert db(count) == [{"queue": "q0", "n": 1}, {"queue": "q1", "n": 2}]
 
 

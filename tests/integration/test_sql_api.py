@@ -93,12 +93,12 @@ def test_every_table_view_and_column_is_commented(db: SQL) -> None:
         FROM pg_class c
         JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'pgq'
         JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
-        WHERE c.relkind = 'r' AND c.relname <> 'alembic_version'
+        WHERE c.relkind IN ('r', 'p') AND c.relname <> 'alembic_version' AND NOT c.relispartition
           AND col_description(c.oid, a.attnum) IS NULL
         UNION ALL
         SELECT c.relname, NULL FROM pg_class c
         JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'pgq'
-        WHERE c.relkind IN ('r', 'v') AND c.relname <> 'alembic_version' AND obj_description(c.oid) IS NULL
+        WHERE c.relkind IN ('r', 'p', 'v') AND c.relname <> 'alembic_version' AND obj_description(c.oid) IS NULL
     """)
     assert missing == []
 

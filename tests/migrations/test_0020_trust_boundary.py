@@ -23,7 +23,7 @@ def query(dsn: str, statement: str, *params: Any) -> list[tuple[Any, ...]]:
 OBJECTS = ("SELECT to_regprocedure('pgq.leases_lost(bigint[], uuid[])') IS NOT NULL,"
            "       to_regprocedure('pgq.concurrency_limit_set(text, integer)') IS NOT NULL,"
            "       to_regprocedure('pgq.sequence_tail_prune()') IS NOT NULL,"
-           "       (SELECT count(*) FROM pg_constraint WHERE conname IN ('jobs_run_at_bounded', 'jobs_lease_bounded',"
+           "       (SELECT count(DISTINCT conname) FROM pg_constraint WHERE conname IN ('jobs_run_at_bounded', 'jobs_lease_bounded',"
            "                                                          'workers_lease_s_bounded',"
            "                                                          'workers_refresh_s_bounded'))")
 
