@@ -155,6 +155,20 @@ CREATE TRIGGER history_delete AFTER DELETE ON pgq.jobs
     REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION history_delete();
 CREATE TRIGGER history_watermark AFTER INSERT OR UPDATE ON pgq.key_watermarks
     FOR EACH ROW EXECUTE FUNCTION history_watermark();
+-- From revision 0033 on, pgq.jobs is partitioned and pgq's functions write its partition of live
+-- jobs, pgq.live_jobs, by name: a statement trigger fires only for the table a statement names.
+DO $live$
+BEGIN
+    IF to_regclass('pgq.live_jobs') IS NOT NULL THEN
+        CREATE TRIGGER history_insert AFTER INSERT ON pgq.live_jobs
+            REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION history_insert();
+        CREATE TRIGGER history_update AFTER UPDATE ON pgq.live_jobs
+            REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT
+            EXECUTE FUNCTION history_update();
+        CREATE TRIGGER history_delete AFTER DELETE ON pgq.live_jobs
+            REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION history_delete();
+    END IF;
+END $live$;
 """
 
 

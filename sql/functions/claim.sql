@@ -95,6 +95,11 @@ DECLARE
     c_att       integer[];
     c_busy      boolean[];
 BEGIN
+    -- Revision 0033: every statement reads and writes pgq.live_jobs, the partition of pgq.jobs that
+    -- holds the waiting, queued and running jobs (a claim reads no other: the running ones its
+    -- limits count are there too), so none pays the parent's partition planning and locks. The
+    -- indexes named below are that table's (live_jobs_claim_idx, ...). Its ctids are its own: a
+    -- ctid read from pgq.jobs could name a row of another partition.
     IF lim IS NULL OR lim < 1 THEN
         RAISE EXCEPTION 'pgq.claim: lim must be >= 1, got %', coalesce(lim::text, 'NULL')
             USING ERRCODE = 'invalid_parameter_value';
@@ -135,9 +140,9 @@ BEGIN
         INTO wanted, limited_kinds, salt;
     ELSE
         WITH RECURSIVE every_queue AS (
-            (SELECT j.queue FROM pgq.jobs j WHERE queues IS NULL AND j.status = 'queued' ORDER BY j.queue LIMIT 1)
+            (SELECT j.queue FROM pgq.live_jobs j WHERE queues IS NULL AND j.status = 'queued' ORDER BY j.queue LIMIT 1)
             UNION ALL
-            SELECT (SELECT j.queue FROM pgq.jobs j WHERE j.status = 'queued' AND j.queue > e.queue
+            SELECT (SELECT j.queue FROM pgq.live_jobs j WHERE j.status = 'queued' AND j.queue > e.queue
                     ORDER BY j.queue LIMIT 1)
             FROM every_queue e
             WHERE e.queue IS NOT NULL
@@ -170,7 +175,7 @@ BEGIN
     -- lost to its reservation and reserved again, as with any other claim). The keys wait for
     -- nothing: each is tried once.
     IF cardinality(wanted) = 1 AND cardinality(limited_kinds) = 0 AND (kinds IS NULL OR cardinality(kinds) = 1)
-       AND NOT EXISTS (SELECT 1 FROM pgq.jobs j
+       AND NOT EXISTS (SELECT 1 FROM pgq.live_jobs j
                        WHERE j.status = 'queued' AND j.limited AND j.queue = wanted[1]
                        ORDER BY j.queue, j.kind LIMIT 1) THEN
         q_key := ('x' || left(md5((SELECT s.secret FROM pgq.claim_secret s) || '/queue/' || wanted[1]), 16))
@@ -233,13 +238,13 @@ BEGIN
             -- several kinds reserves: it merges their rows, which one locked scan cannot.)
             WHILE q_left > 0 LOOP
                 IF kinds IS NULL THEN
-                    SELECT j.priority INTO prio FROM pgq.jobs j
+                    SELECT j.priority INTO prio FROM pgq.live_jobs j
                     WHERE j.status = 'queued' AND j.queue = q AND j.limited = false
                       AND j.priority > coalesce(prio, -32769)
                     ORDER BY j.queue, j.limited, j.priority
                     LIMIT 1;
                 ELSE
-                    SELECT j.priority INTO prio FROM pgq.jobs j
+                    SELECT j.priority INTO prio FROM pgq.live_jobs j
                     WHERE j.status = 'queued' AND j.queue = q AND j.limited IS NOT TRUE AND j.kind = kinds[1]
                       AND j.priority > coalesce(prio, -32769)
                     ORDER BY j.queue, j.kind, j.priority
@@ -249,7 +254,7 @@ BEGIN
                 RETURN QUERY
                 WITH picked AS (
                     SELECT a.tid
-                    FROM (SELECT j.ctid AS tid FROM pgq.jobs j
+                    FROM (SELECT j.ctid AS tid FROM pgq.live_jobs j
                           WHERE kinds IS NULL AND j.status = 'queued' AND j.queue = q AND j.limited = false
                             AND j.priority = prio AND j.run_at <= now()
                           ORDER BY j.priority, j.run_at, j.id
@@ -257,7 +262,7 @@ BEGIN
                           FOR NO KEY UPDATE SKIP LOCKED) a
                     UNION ALL
                     SELECT b.tid
-                    FROM (SELECT j.ctid AS tid FROM pgq.jobs j
+                    FROM (SELECT j.ctid AS tid FROM pgq.live_jobs j
                           WHERE kinds IS NOT NULL AND j.status = 'queued' AND j.queue = q AND j.limited IS NOT TRUE
                             AND j.kind = kinds[1] AND j.priority = prio AND j.run_at <= now()
                           ORDER BY j.queue, j.kind, j.priority, j.run_at, j.id
@@ -265,7 +270,7 @@ BEGIN
                           FOR NO KEY UPDATE SKIP LOCKED) b
                 ),
                 claimed AS (
-                    UPDATE pgq.jobs j
+                    UPDATE pgq.live_jobs j
                     SET status = 'running',
                         attempts = j.attempts + 1,
                         lease_token = token,
@@ -292,7 +297,7 @@ BEGIN
             END LOOP;
         ELSIF kinds IS NULL THEN
             WHILE q_left > 0 LOOP
-                SELECT j.priority INTO prio FROM pgq.jobs j
+                SELECT j.priority INTO prio FROM pgq.live_jobs j
                 WHERE j.status = 'queued' AND j.queue = q AND j.limited = false
                   AND j.priority > coalesce(prio, -32769)
                 ORDER BY j.queue, j.limited, j.priority
@@ -300,7 +305,7 @@ BEGIN
                 EXIT WHEN NOT FOUND;
                 SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}'),
                        count(*), (array_agg(r.id ORDER BY r.run_at, r.id))[1],
-                       (SELECT h.id FROM pgq.jobs h
+                       (SELECT h.id FROM pgq.live_jobs h
                         WHERE h.status = 'queued' AND h.queue = q AND h.limited = false AND h.priority = prio
                           AND h.run_at <= now()
                         ORDER BY h.priority, h.run_at, h.id
@@ -309,7 +314,7 @@ BEGIN
                 FROM (SELECT c.id, c.ctid, c.run_at
                       FROM (SELECT j.id, j.ctid, j.run_at, j.attempts,
                                    j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy
-                            FROM pgq.jobs j
+                            FROM pgq.live_jobs j
                             WHERE j.status = 'queued' AND j.queue = q AND j.limited = false AND j.priority = prio
                               AND j.run_at <= now()
                             ORDER BY j.priority, j.run_at, j.id
@@ -334,7 +339,7 @@ BEGIN
                       FROM (SELECT x.id, x.ctid, x.attempts, x.run_at
                             FROM (SELECT j.id, j.ctid, j.run_at, j.attempts,
                                          j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy
-                                  FROM pgq.jobs j
+                                  FROM pgq.live_jobs j
                                   WHERE j.status = 'queued' AND j.queue = q AND j.limited = false AND j.priority = prio
                                     AND j.run_at <= now()
                                   ORDER BY j.priority, j.run_at, j.id
@@ -350,7 +355,7 @@ BEGIN
             -- the scans above through jobs_claim_kind_idx (queue, kind, priority, run_at, id;
             -- unlimited rows), in the same order: no row of another kind is read.
             WHILE q_left > 0 LOOP
-                SELECT j.priority INTO prio FROM pgq.jobs j
+                SELECT j.priority INTO prio FROM pgq.live_jobs j
                 WHERE j.status = 'queued' AND j.queue = q AND j.limited IS NOT TRUE AND j.kind = kinds[1]
                   AND j.priority > coalesce(prio, -32769)
                 ORDER BY j.queue, j.kind, j.priority
@@ -358,7 +363,7 @@ BEGIN
                 EXIT WHEN NOT FOUND;
                 SELECT found_ids || coalesce(array_agg(r.id), '{}'), found_tids || coalesce(array_agg(r.ctid), '{}'),
                        count(*), (array_agg(r.id ORDER BY r.run_at, r.id))[1],
-                       (SELECT h.id FROM pgq.jobs h
+                       (SELECT h.id FROM pgq.live_jobs h
                         WHERE h.status = 'queued' AND h.queue = q AND h.limited IS NOT TRUE AND h.kind = kinds[1] AND h.priority = prio
                           AND h.run_at <= now()
                         ORDER BY h.queue, h.kind, h.priority, h.run_at, h.id
@@ -367,7 +372,7 @@ BEGIN
                 FROM (SELECT c.id, c.ctid, c.run_at
                       FROM (SELECT j.id, j.ctid, j.run_at, j.attempts,
                                    j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy
-                            FROM pgq.jobs j
+                            FROM pgq.live_jobs j
                             WHERE j.status = 'queued' AND j.queue = q AND j.limited IS NOT TRUE AND j.kind = kinds[1] AND j.priority = prio
                               AND j.run_at <= now()
                             ORDER BY j.queue, j.kind, j.priority, j.run_at, j.id
@@ -392,7 +397,7 @@ BEGIN
                       FROM (SELECT x.id, x.ctid, x.attempts, x.run_at
                             FROM (SELECT j.id, j.ctid, j.run_at, j.attempts,
                                          j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy
-                                  FROM pgq.jobs j
+                                  FROM pgq.live_jobs j
                                   WHERE j.status = 'queued' AND j.queue = q AND j.limited IS NOT TRUE AND j.kind = kinds[1] AND j.priority = prio
                                     AND j.run_at <= now()
                                   ORDER BY j.queue, j.kind, j.priority, j.run_at, j.id
@@ -418,7 +423,7 @@ BEGIN
                     SELECT min(x.priority) INTO prio
                     FROM unnest(kinds) AS k(kind)
                     CROSS JOIN LATERAL (
-                        SELECT j.priority FROM pgq.jobs j
+                        SELECT j.priority FROM pgq.live_jobs j
                         WHERE j.status = 'queued' AND j.queue = q AND j.limited IS NOT TRUE AND j.kind = k.kind
                           AND j.priority > coalesce(prio, -32769)
                         ORDER BY j.queue, j.kind, j.priority
@@ -438,7 +443,7 @@ BEGIN
                            j.xmax <> '0'::xid AND age(j.xmax) <= busy_age AS busy,
                            row_number() OVER () AS n
                     FROM (SELECT j.id, j.ctid, j.run_at, j.attempts, j.xmax
-                          FROM pgq.jobs j
+                          FROM pgq.live_jobs j
                           WHERE j.status = 'queued' AND j.queue = q AND j.limited IS NOT TRUE AND j.kind = k.kind
                             AND j.priority = prio AND j.run_at <= now()
                           ORDER BY j.queue, j.kind, j.priority, j.run_at, j.id
@@ -492,14 +497,14 @@ BEGIN
     -- claimed as unlimited work. Rows another transaction holds are left for a later claim.
     IF cardinality(limited_kinds) > 0 AND cardinality(found_ids) > 0 THEN
         WITH marked AS (
-            UPDATE pgq.jobs j SET limited = true
-            WHERE j.id = ANY(ARRAY(SELECT x.id FROM pgq.jobs x
+            UPDATE pgq.live_jobs j SET limited = true
+            WHERE j.id = ANY(ARRAY(SELECT x.id FROM pgq.live_jobs x
                                    WHERE x.id = ANY(found_ids) AND x.kind = ANY(limited_kinds) AND x.status = 'queued'
                                    ORDER BY x.id
                                    FOR NO KEY UPDATE SKIP LOCKED))
             RETURNING j.id
         )
-        SELECT ARRAY(SELECT x.id FROM pgq.jobs x WHERE x.id = ANY(found_ids) AND x.kind = ANY(limited_kinds))
+        SELECT ARRAY(SELECT x.id FROM pgq.live_jobs x WHERE x.id = ANY(found_ids) AND x.kind = ANY(limited_kinds))
         INTO unmarked;
         IF cardinality(unmarked) > 0 THEN
             SELECT coalesce(array_agg(f.id), '{}'), coalesce(array_agg(f.tid), '{}')
@@ -514,7 +519,7 @@ BEGIN
     -- jobs are all limited), the generic plan of a plain EXISTS read the whole table instead.
     SELECT pass_no = 1 AND EXISTS (SELECT 1 FROM unnest(wanted) AS w(name)
                                    CROSS JOIN LATERAL (
-                                       SELECT j.kind FROM pgq.jobs j
+                                       SELECT j.kind FROM pgq.live_jobs j
                                        WHERE j.status = 'queued' AND j.limited AND j.queue = w.name
                                        ORDER BY j.queue, j.kind LIMIT 1) x)
     INTO any_limited;
@@ -523,10 +528,10 @@ BEGIN
         FOREACH q IN ARRAY wanted LOOP
             kinds_here := kinds_here || ARRAY(
                 WITH RECURSIVE k AS (
-                    (SELECT j.kind FROM pgq.jobs j
+                    (SELECT j.kind FROM pgq.live_jobs j
                      WHERE j.status = 'queued' AND j.limited AND j.queue = q ORDER BY j.kind LIMIT 1)
                     UNION ALL
-                    SELECT (SELECT j.kind FROM pgq.jobs j
+                    SELECT (SELECT j.kind FROM pgq.live_jobs j
                             WHERE j.status = 'queued' AND j.limited AND j.queue = q AND j.kind > k.kind
                             ORDER BY j.kind LIMIT 1)
                     FROM k
@@ -541,7 +546,7 @@ BEGIN
         -- the count made under the lock lets a job of a limited kind through.
         kinds_here := ARRAY(
             SELECT DISTINCT k.kind FROM unnest(kinds_here) AS k(kind)
-            WHERE coalesce((SELECT c.max_running > (SELECT count(*) FROM pgq.jobs r
+            WHERE coalesce((SELECT c.max_running > (SELECT count(*) FROM pgq.live_jobs r
                                                     WHERE r.status = 'running' AND r.kind = c.kind)
                             FROM pgq.concurrency_limits c WHERE c.kind = k.kind), true)
               AND coalesce((SELECT r.max_starts > (SELECT coalesce(sum(s.starts), 0) FROM pgq.rate_limit_starts s
@@ -564,7 +569,7 @@ BEGIN
         WHERE NOT EXISTS (SELECT 1 FROM pgq.group_limits z WHERE z.kind = k.kind)
           AND EXISTS (SELECT 1 FROM unnest(wanted) AS w(name)
                       CROSS JOIN LATERAL (
-                          SELECT j.group_key FROM pgq.jobs j
+                          SELECT j.group_key FROM pgq.live_jobs j
                           WHERE j.status = 'queued' AND j.limited AND j.queue = w.name
                             AND j.kind = k.kind AND j.group_key IS NOT NULL
                           ORDER BY j.queue, j.kind, j.group_key LIMIT 1) x)
@@ -626,7 +631,7 @@ BEGIN
                          -- ORDER BY: jobs_claim_group_idx, never the kind's whole jobs_claim_limited_idx range.
                          SELECT 1 FROM unnest(wanted) AS w(name)
                          CROSS JOIN LATERAL (
-                             SELECT j.group_key FROM pgq.jobs j
+                             SELECT j.group_key FROM pgq.live_jobs j
                              WHERE j.status = 'queued' AND j.limited AND j.queue = w.name
                                AND j.kind = h.kind AND j.group_key IS NOT NULL
                              ORDER BY j.queue, j.kind, j.group_key LIMIT 1) x) AS walk
@@ -641,7 +646,7 @@ BEGIN
         INTO k_free
         FROM (SELECT k.ord,
                      greatest(least(
-                         coalesce(k.max_running - (SELECT count(*) FROM pgq.jobs r
+                         coalesce(k.max_running - (SELECT count(*) FROM pgq.live_jobs r
                                                    WHERE r.status = 'running' AND r.kind = k.kind), 2147483647),
                          coalesce(k.max_starts - (SELECT coalesce(sum(s.starts), 0) FROM pgq.rate_limit_starts s
                                                   WHERE s.kind = k.kind
@@ -668,11 +673,11 @@ BEGIN
                           -- bounds each scan, and no scheduled job is read.
                           SELECT c.id, c.tid, c.priority, c.run_at
                           FROM (WITH RECURSIVE pr AS (
-                                    (SELECT j.priority FROM pgq.jobs j
+                                    (SELECT j.priority FROM pgq.live_jobs j
                                      WHERE j.status = 'queued' AND j.limited AND j.queue = w.name AND j.kind = f.kind
                                      ORDER BY j.queue, j.kind, j.priority LIMIT 1)
                                     UNION ALL
-                                    SELECT (SELECT j.priority FROM pgq.jobs j
+                                    SELECT (SELECT j.priority FROM pgq.live_jobs j
                                             WHERE j.status = 'queued' AND j.limited AND j.queue = w.name
                                               AND j.kind = f.kind AND j.priority > pr.priority
                                             ORDER BY j.queue, j.kind, j.priority LIMIT 1)
@@ -683,7 +688,7 @@ BEGIN
                                 FROM pr
                                 CROSS JOIN LATERAL (
                                     SELECT j.id, j.ctid AS tid, j.priority, j.run_at, j.attempts
-                                    FROM pgq.jobs j
+                                    FROM pgq.live_jobs j
                                     WHERE j.status = 'queued' AND j.limited AND j.queue = w.name AND j.kind = f.kind
                                       AND j.priority = pr.priority AND j.run_at <= now()
                                     ORDER BY j.queue, j.kind, j.priority, j.run_at, j.id
@@ -719,12 +724,12 @@ BEGIN
                 FROM unnest(wanted) AS w(name)
                 CROSS JOIN LATERAL (
                     WITH RECURSIVE pr AS (
-                        (SELECT j.priority FROM pgq.jobs j
+                        (SELECT j.priority FROM pgq.live_jobs j
                          WHERE j.status = 'queued' AND j.limited AND j.queue = w.name AND j.kind = w_kinds[wi]
                            AND j.priority > coalesce(level, -32769)
                          ORDER BY j.queue, j.kind, j.priority LIMIT 1)
                         UNION ALL
-                        SELECT (SELECT j.priority FROM pgq.jobs j
+                        SELECT (SELECT j.priority FROM pgq.live_jobs j
                                 WHERE j.status = 'queued' AND j.limited AND j.queue = w.name
                                   AND j.kind = w_kinds[wi] AND j.priority > pr.priority
                                 ORDER BY j.queue, j.kind, j.priority LIMIT 1)
@@ -735,7 +740,7 @@ BEGIN
                     -- the kind's whole range.
                     SELECT pr.priority FROM pr
                     CROSS JOIN LATERAL (
-                        SELECT j.priority FROM pgq.jobs j
+                        SELECT j.priority FROM pgq.live_jobs j
                         WHERE j.status = 'queued' AND j.limited AND j.queue = w.name
                           AND j.kind = w_kinds[wi] AND j.priority = pr.priority AND j.run_at <= now()
                         ORDER BY j.queue, j.kind, j.priority, j.run_at LIMIT 1) d
@@ -772,12 +777,12 @@ BEGIN
                         INTO seg_keys, g_ids, seg_free
                         FROM (
                             WITH RECURSIVE g AS (
-                                (SELECT j.group_key, 1 AS ord FROM pgq.jobs j
+                                (SELECT j.group_key, 1 AS ord FROM pgq.live_jobs j
                                  WHERE j.status = 'queued' AND j.limited AND j.queue = q AND j.kind = w_kinds[wi]
                                    AND j.group_key > CASE WHEN w_phase = 1 THEN coalesce(w_turn[wi], '') ELSE '' END
                                  ORDER BY j.queue, j.kind, j.group_key LIMIT 1)
                                 UNION ALL
-                                SELECT (SELECT j.group_key FROM pgq.jobs j
+                                SELECT (SELECT j.group_key FROM pgq.live_jobs j
                                         WHERE j.status = 'queued' AND j.limited AND j.queue = q
                                           AND j.kind = w_kinds[wi] AND j.group_key > g.group_key
                                         ORDER BY j.queue, j.kind, j.group_key LIMIT 1), g.ord + 1
@@ -789,7 +794,7 @@ BEGIN
                             CROSS JOIN LATERAL (
                                 SELECT least(
                                     CASE WHEN w_gmax[wi] IS NULL THEN 2147483647
-                                         ELSE w_gmax[wi] - (SELECT count(*) FROM pgq.jobs r
+                                         ELSE w_gmax[wi] - (SELECT count(*) FROM pgq.live_jobs r
                                                             WHERE r.status = 'running' AND r.kind = w_kinds[wi]
                                                               AND r.group_key = g.group_key) END,
                                     CASE WHEN w_gstarts[wi] IS NULL THEN 2147483647
@@ -804,7 +809,7 @@ BEGIN
                             ) room
                             CROSS JOIN LATERAL (
                                 SELECT c.id
-                                FROM (SELECT j.id, j.attempts, j.run_at FROM pgq.jobs j
+                                FROM (SELECT j.id, j.attempts, j.run_at FROM pgq.live_jobs j
                                       WHERE room.free > 0  -- checked first: no head of a full group is reserved
                                         AND j.status = 'queued' AND j.limited AND j.queue = q
                                         AND j.kind = w_kinds[wi] AND j.group_key = g.group_key
@@ -850,7 +855,7 @@ BEGIN
         END LOOP;
         IF cardinality(w_kinds) > 0 THEN
             -- Where the rows reserved by the walk are, for the take.
-            l_tids := ARRAY(SELECT j.ctid FROM pgq.jobs j WHERE j.id = ANY(l_ids));
+            l_tids := ARRAY(SELECT j.ctid FROM pgq.live_jobs j WHERE j.id = ANY(l_ids));
         END IF;
     END IF;
 
@@ -870,7 +875,7 @@ BEGIN
             SELECT y.tid
             FROM (SELECT x.ctid AS tid, x.priority, x.run_at, x.id,
                          row_number() OVER (PARTITION BY x.priority, x.group_key ORDER BY x.run_at, x.id) AS turn
-                  FROM pgq.jobs x
+                  FROM pgq.live_jobs x
                   WHERE x.ctid = ANY(found_tids || l_tids) AND x.status = 'queued') y
             ORDER BY y.priority, y.turn, y.run_at, y.id
             LIMIT lim - taken);
@@ -884,14 +889,14 @@ BEGIN
     RETURN QUERY
     WITH picked AS (
         SELECT x.ctid AS tid
-        FROM pgq.jobs x
+        FROM pgq.live_jobs x
         WHERE x.ctid = ANY(fair_tids) AND x.status = 'queued'
         ORDER BY x.priority, x.run_at, x.id
         LIMIT lim - taken
         FOR NO KEY UPDATE SKIP LOCKED
     ),
     claimed AS (
-        UPDATE pgq.jobs j
+        UPDATE pgq.live_jobs j
         SET status = 'running',
             attempts = j.attempts + 1,
             lease_token = token,
@@ -938,7 +943,7 @@ BEGIN
     IF cardinality(w_kinds) > 0 AND EXISTS (SELECT 1 FROM unnest(w_gper) AS p(per_s) WHERE p.per_s IS NOT NULL) THEN
         INSERT INTO pgq.group_rate_starts (kind, group_key, at, starts)
         SELECT j.kind, j.group_key, at_ts, count(*)
-        FROM pgq.jobs j
+        FROM pgq.live_jobs j
         JOIN unnest(w_kinds, w_gper) AS k(kind, per_s) ON k.kind = j.kind AND k.per_s IS NOT NULL
         WHERE j.id = ANY(l_ids) AND j.status = 'running' AND j.started_at = at_ts AND j.claimed_by = worker
           AND j.group_key IS NOT NULL

@@ -12,7 +12,7 @@ BEGIN
             FROM unnest(wanted) AS w(name)
             CROSS JOIN LATERAL (
                 SELECT c.id, c.priority, c.run_at
-                FROM (SELECT j.id, j.priority, j.run_at, j.attempts FROM pgq.jobs j
+                FROM (SELECT j.id, j.priority, j.run_at, j.attempts FROM pgq.live_jobs j
                       WHERE j.status = 'queued' AND j.limited AND j.queue = w.name AND j.kind = kind_name
                         AND j.group_key IS NULL AND j.priority = prio AND j.run_at <= now()
                       -- jobs_claim_group_idx's order (the key and priority are fixed): the way in is
@@ -29,7 +29,7 @@ BEGIN
         FROM unnest(wanted) AS w(name)
         CROSS JOIN LATERAL (
             SELECT c.id, c.priority, c.run_at
-            FROM (SELECT j.id, j.priority, j.run_at, j.attempts FROM pgq.jobs j
+            FROM (SELECT j.id, j.priority, j.run_at, j.attempts FROM pgq.live_jobs j
                   WHERE j.status = 'queued' AND j.limited AND j.queue = w.name AND j.kind = kind_name
                     AND j.group_key = key AND j.priority = prio AND j.run_at <= now()
                   ORDER BY j.group_key, j.priority, j.run_at, j.id

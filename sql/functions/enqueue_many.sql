@@ -33,9 +33,11 @@ BEGIN
     IF cardinality(array_remove(dedupe_keys, NULL)) = 0 THEN
         -- No job carries a dedupe key: a plain insert. Ids come from the sequence in input order
         -- (ORDER BY ord), so sorting the returned ids restores the caller's order.
+        -- Revision 0033: new jobs go straight to pgq.live_jobs, the partition of pgq.jobs they
+        -- belong in (no routing through the parent), and every read below of an active job reads it.
         RETURN QUERY
         WITH ins AS (
-            INSERT INTO pgq.jobs (kind, payload, queue, priority, run_at, max_attempts, input_watermark, limited,
+            INSERT INTO pgq.live_jobs (kind, payload, queue, priority, run_at, max_attempts, input_watermark, limited,
                                   group_key)
             SELECT i.kind, coalesce(i.payload, '{}'), coalesce(i.queue, 'default'), coalesce(i.priority, 0),
                    coalesce(i.run_at, statement_timestamp() + make_interval(secs => i.delay), statement_timestamp()),
@@ -47,13 +49,13 @@ BEGIN
                  WITH ORDINALITY AS i(kind, payload, queue, priority, run_at, delay, watermark, max_attempts,
                                       group_key, ord)
             ORDER BY i.ord
-            RETURNING pgq.jobs.id
+            RETURNING pgq.live_jobs.id
         )
         SELECT row_number() OVER (ORDER BY ins.id), ins.id FROM ins;
     ELSE
         -- Every input row reserves an id up front, so a row keeps a stable id whatever the dedupe
         -- below decides (a reserved id that is not used leaves a gap, as rollbacks do).
-        ids := ARRAY(SELECT nextval(pg_get_serial_sequence('pgq.jobs', 'id'))
+        ids := ARRAY(SELECT nextval('pgq.jobs_id_seq')
                      FROM unnest(kinds, payloads, queues, priorities, run_ats, delays, dedupe_keys, watermarks,
                                  max_attempts, group_keys) AS i);
         SELECT coalesce(array_agg(k.queue ORDER BY k.queue, k.dedupe_key), '{}'),
@@ -91,7 +93,7 @@ BEGIN
                 ORDER BY k.queue, k.dedupe_key, k.ord
             ),
             ins AS (
-                INSERT INTO pgq.jobs AS j (id, kind, payload, queue, priority, run_at, dedupe_key,
+                INSERT INTO pgq.live_jobs AS j (id, kind, payload, queue, priority, run_at, dedupe_key,
                                            input_watermark, max_attempts, limited, group_key)
                 SELECT n.id, n.kind, n.payload, n.queue, n.priority, n.run_at, n.dedupe_key, n.watermark,
                        n.max_attempts,
@@ -132,7 +134,7 @@ BEGIN
             -- answer with the run that covered it, as (a) would have had it seen the run.
             IF EXISTS (SELECT 1 FROM unnest(got_wm) AS g(w) WHERE g.w IS NOT NULL) THEN
                 WITH undone AS (
-                    DELETE FROM pgq.jobs j
+                    DELETE FROM pgq.live_jobs j
                     USING unnest(got_id, got_q, got_k, got_wm) AS g(id, queue, dedupe_key, watermark),
                           pgq.key_watermarks w
                     WHERE j.id = g.id AND w.queue = g.queue AND w.dedupe_key = g.dedupe_key
@@ -186,7 +188,7 @@ BEGIN
                           AND w.done_watermark >= k.watermark) AS done_job,
                        a.id AS active_id, a.input_watermark AS active_watermark
                 FROM keyed k
-                LEFT JOIN pgq.jobs a ON a.queue = k.queue AND a.dedupe_key = k.dedupe_key
+                LEFT JOIN pgq.live_jobs a ON a.queue = k.queue AND a.dedupe_key = k.dedupe_key
                                     AND a.dedupe_key IS NOT NULL AND a.status IN ('queued', 'running')
             ),
             raised AS (

@@ -68,15 +68,16 @@ BEGIN
             IF r.repl THEN
                 -- The key's newest job not started yet (a waiting one behind a running job comes
                 -- after it); a row a claim took meanwhile is running now, and left alone.
-                UPDATE pgq.jobs j SET payload = r.payload, priority = r.priority, run_at = when_at
-                WHERE j.id = (SELECT p.id FROM pgq.jobs p
+                -- (Revision 0033: the jobs not finished are those of pgq.live_jobs.)
+                UPDATE pgq.live_jobs j SET payload = r.payload, priority = r.priority, run_at = when_at
+                WHERE j.id = (SELECT p.id FROM pgq.live_jobs p
                               WHERE p.queue = r.queue AND p.dedupe_key = r.dedupe_key
                                 AND p.status IN ('waiting', 'queued')
                               ORDER BY p.id DESC LIMIT 1)
                   AND j.status IN ('waiting', 'queued')
                 RETURNING j.id INTO jid;
                 EXIT WHEN jid IS NOT NULL;
-                SELECT p.id INTO run_id FROM pgq.jobs p
+                SELECT p.id INTO run_id FROM pgq.live_jobs p
                 WHERE p.queue = r.queue AND p.dedupe_key = r.dedupe_key AND p.status = 'running';
                 IF run_id IS NOT NULL THEN
                     -- Behind the running job: waits on it, runs once it finished, whatever its outcome.
@@ -88,7 +89,7 @@ BEGIN
                             ARRAY[r.kind], ARRAY[r.payload], ARRAY[r.queue], ARRAY[r.priority], ARRAY[when_at],
                             ARRAY[NULL::double precision], ARRAY[r.max_attempts], ARRAY[true], ARRAY[1],
                             ARRAY[run_id], ARRAY[r.group_key]) AS e;
-                        UPDATE pgq.jobs j SET dedupe_key = r.dedupe_key WHERE j.id = jid;
+                        UPDATE pgq.live_jobs j SET dedupe_key = r.dedupe_key WHERE j.id = jid;
                     EXCEPTION WHEN unique_violation THEN
                         jid := NULL;
                     END;
@@ -97,11 +98,17 @@ BEGIN
                 END IF;
             ELSE
                 -- unique_for: an active job of the key, else its newest finish within the window.
-                SELECT p.id INTO jid FROM pgq.jobs p
-                WHERE p.queue = r.queue AND p.dedupe_key = r.dedupe_key
-                  AND (p.status IN ('waiting', 'queued', 'running')
-                       OR p.finished_at > statement_timestamp() - make_interval(secs => r.unique_for))
-                ORDER BY p.finished_at DESC NULLS FIRST, p.id DESC LIMIT 1;
+                -- Revision 0033: the active one in pgq.live_jobs, the finished ones in
+                -- pgq.finished_jobs (only the days of the window are read), in one snapshot.
+                SELECT coalesce(
+                           (SELECT p.id FROM pgq.live_jobs p
+                            WHERE p.queue = r.queue AND p.dedupe_key = r.dedupe_key
+                            ORDER BY p.id DESC LIMIT 1),
+                           (SELECT p.id FROM pgq.finished_jobs p
+                            WHERE p.queue = r.queue AND p.dedupe_key = r.dedupe_key
+                              AND p.finished_at > statement_timestamp() - make_interval(secs => r.unique_for)
+                            ORDER BY p.finished_at DESC, p.id DESC LIMIT 1))
+                INTO jid;
                 EXIT WHEN jid IS NOT NULL;
                 SELECT f.job_id INTO jid FROM pgq.key_finishes f
                 WHERE f.queue = r.queue AND f.dedupe_key = r.dedupe_key
@@ -110,7 +117,7 @@ BEGIN
             END IF;
             -- No job of the key: a new one. A plain enqueue (pgq.enqueue_many) of the key may have
             -- added its active job meanwhile: then look again.
-            INSERT INTO pgq.jobs AS j (kind, payload, queue, priority, run_at, dedupe_key, max_attempts, limited,
+            INSERT INTO pgq.live_jobs AS j (kind, payload, queue, priority, run_at, dedupe_key, max_attempts, limited,
                                        group_key)
             VALUES (r.kind, r.payload, r.queue, r.priority, when_at, r.dedupe_key, coalesce(r.max_attempts, 25),
                     r.group_key IS NOT NULL

@@ -6,7 +6,7 @@ AS $fn$
 #variable_conflict use_column
 BEGIN
     RETURN QUERY
-    UPDATE pgq.jobs j
+    UPDATE pgq.live_jobs j
     SET last_error = p_error
     WHERE j.id = p_id AND j.lease_token = p_token
     RETURNING j.id;

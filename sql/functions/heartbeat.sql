@@ -10,7 +10,7 @@ BEGIN
         PERFORM set_config('lock_timeout', p_lock_timeout, true);
     END IF;
     RETURN QUERY
-    UPDATE pgq.jobs j
+    UPDATE pgq.live_jobs j
     SET lease_expires_at = now() + make_interval(secs => h.lease_s),
         progress = coalesce(h.progress, j.progress)
     FROM (SELECT u.* FROM unnest(p_ids, p_tokens, p_lease_s, p_progress) AS u(id, token, lease_s, progress)

@@ -12,19 +12,19 @@ BEGIN
     ),
     held AS (
         SELECT j.id
-        FROM pgq.jobs j JOIN sent h ON j.id = h.id AND j.lease_token = h.token
+        FROM pgq.live_jobs j JOIN sent h ON j.id = h.id AND j.lease_token = h.token
         WHERE j.id = ANY(p_ids)
     ),
     skipping AS (
         SELECT j.id
-        FROM pgq.jobs j JOIN sent h ON j.id = h.id AND j.lease_token = h.token
+        FROM pgq.live_jobs j JOIN sent h ON j.id = h.id AND j.lease_token = h.token
         WHERE j.id = ANY(p_ids) AND NOT p_wait
         ORDER BY j.id
         FOR NO KEY UPDATE OF j SKIP LOCKED
     ),
     waiting AS (
         SELECT j.id
-        FROM pgq.jobs j JOIN sent h ON j.id = h.id AND j.lease_token = h.token
+        FROM pgq.live_jobs j JOIN sent h ON j.id = h.id AND j.lease_token = h.token
         WHERE j.id = ANY(p_ids) AND p_wait
         ORDER BY j.id
         FOR NO KEY UPDATE OF j
@@ -39,7 +39,7 @@ BEGIN
         HAVING sum(u.n) > 0
     ),
     renewed AS (
-        UPDATE pgq.jobs j
+        UPDATE pgq.live_jobs j
         SET lease_expires_at = CASE WHEN p_wait THEN clock_timestamp() ELSE now() END
                                + make_interval(secs => h.lease_s),
             progress = coalesce(h.progress, j.progress)

@@ -8,9 +8,9 @@ AS $fn$
             OR EXISTS (SELECT 1 FROM pgq.rate_limits r WHERE r.kind = kind_name) AS limited
     ),
     changed AS (
-        UPDATE pgq.jobs j SET limited = w.limited
+        UPDATE pgq.live_jobs j SET limited = w.limited
         FROM want w
-        WHERE j.id = ANY(ARRAY(SELECT x.id FROM pgq.jobs x, want v
+        WHERE j.id = ANY(ARRAY(SELECT x.id FROM pgq.live_jobs x, want v
                                WHERE x.kind = kind_name AND x.status::text IN ('waiting', 'queued')
                                  AND x.limited <> v.limited AND x.group_key IS NULL
                                ORDER BY x.id

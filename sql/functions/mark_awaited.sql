@@ -7,15 +7,15 @@ AS $fn$
     ),
     marked AS (
         INSERT INTO pgq.awaited_jobs (job_id)
-        SELECT j.id FROM pgq.jobs j
+        SELECT j.id FROM pgq.live_jobs j  -- revision 0033: the jobs not finished are there
         WHERE j.id = mark_awaited.job_id AND j.status::text IN ('waiting', 'queued', 'running')
           AND NOT EXISTS (SELECT 1 FROM scope s WHERE s.queues IS NOT NULL AND j.queue <> ALL(s.queues))
         ON CONFLICT DO NOTHING
         RETURNING awaited_jobs.job_id
     )
     -- The row as it is, but for the lease token (revision 0020): a producer may mark any job.
-    SELECT r.* FROM pgq.jobs j JOIN marked m ON m.job_id = j.id,
-        LATERAL jsonb_populate_record(j, '{"lease_token": null}'::jsonb) r;
+    SELECT r.* FROM pgq.live_jobs j JOIN marked m ON m.job_id = j.id,
+        LATERAL jsonb_populate_record(j::pgq.jobs, '{"lease_token": null}'::jsonb) r;
 $fn$;
 
 COMMENT ON FUNCTION pgq.mark_awaited(bigint) IS

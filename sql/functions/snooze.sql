@@ -11,7 +11,7 @@ BEGIN
     END IF;
     RETURN QUERY
     WITH snoozed AS (
-        UPDATE pgq.jobs j
+        UPDATE pgq.live_jobs j
         SET status = 'queued',
             run_at = now() + make_interval(secs => s.delay_s),
             attempts = greatest(j.attempts - 1, 0),
@@ -21,7 +21,7 @@ BEGIN
         FROM (SELECT u.* FROM unnest(p_ids, p_tokens, p_delays, p_progress) AS u(id, token, delay_s, progress)
               ORDER BY u.id) s
         WHERE j.id = ANY(p_ids) AND j.id = s.id AND j.lease_token = s.token
-        RETURNING j
+        RETURNING j::pgq.jobs AS j
     ),
     wake AS (
         SELECT count(pg_notify('pgq', CASE WHEN octet_length(q.queue) <= 1000 THEN q.queue ELSE '*' END)) AS n

@@ -12,19 +12,19 @@ BEGIN
     ),
     held AS (
         SELECT j.id
-        FROM pgq.jobs j JOIN sent s ON j.id = s.id AND j.lease_token = s.token
+        FROM pgq.live_jobs j JOIN sent s ON j.id = s.id AND j.lease_token = s.token
         WHERE j.id = ANY(p_ids)
     ),
     skipping AS (
         SELECT j.id
-        FROM pgq.jobs j JOIN sent s ON j.id = s.id AND j.lease_token = s.token
+        FROM pgq.live_jobs j JOIN sent s ON j.id = s.id AND j.lease_token = s.token
         WHERE j.id = ANY(p_ids) AND NOT p_wait
         ORDER BY j.id
         FOR NO KEY UPDATE OF j SKIP LOCKED
     ),
     waiting AS (
         SELECT j.id
-        FROM pgq.jobs j JOIN sent s ON j.id = s.id AND j.lease_token = s.token
+        FROM pgq.live_jobs j JOIN sent s ON j.id = s.id AND j.lease_token = s.token
         WHERE j.id = ANY(p_ids) AND p_wait
         ORDER BY j.id
         FOR NO KEY UPDATE OF j
@@ -39,7 +39,7 @@ BEGIN
         HAVING sum(u.n) > 0
     ),
     snoozed AS (
-        UPDATE pgq.jobs j
+        UPDATE pgq.live_jobs j
         SET status = 'queued',
             run_at = now() + make_interval(secs => s.delay_s),
             attempts = greatest(j.attempts - 1, 0),
@@ -50,7 +50,7 @@ BEGIN
               WHERE u.id = ANY(ARRAY(SELECT l.id FROM locked l))
               ORDER BY u.id) s
         WHERE j.id = ANY(p_ids) AND j.id = s.id AND j.lease_token = s.token
-        RETURNING j
+        RETURNING j::pgq.jobs AS j
     ),
     wake AS (
         SELECT count(pg_notify('pgq', CASE WHEN octet_length(q.queue) <= 1000 THEN q.queue ELSE '*' END)) AS n
@@ -59,8 +59,8 @@ BEGIN
     SELECT z.j, (SELECT w.n FROM wake w), false
     FROM snoozed z
     UNION ALL
-    SELECT j, NULL::bigint, true
-    FROM pgq.jobs j
+    SELECT j::pgq.jobs, NULL::bigint, true
+    FROM pgq.live_jobs j
     WHERE NOT p_wait AND j.id = ANY(p_ids)
       AND j.id = ANY(ARRAY(SELECT b.id FROM held_busy b));
 END;

@@ -8,15 +8,17 @@ AS $fn$
         FROM unnest(p_ids, p_contexts) AS w(id, context)
         WHERE w.context IS NOT NULL AND pg_catalog.jsonb_typeof(w.context) = 'object'
     ),
+    -- Revision 0033: the live jobs only (pgq.live_jobs). A job this transaction enqueued and
+    -- already finished gets none: no worker will run it.
     locked AS (
         SELECT j.id, wanted.context
-        FROM pgq.jobs j JOIN wanted ON wanted.id = j.id
+        FROM pgq.live_jobs j JOIN wanted ON wanted.id = j.id
         WHERE j.created_at = pg_catalog.now() AND j.trace_context IS NULL
         ORDER BY j.id
         FOR UPDATE OF j
     ),
     done AS (
-        UPDATE pgq.jobs j SET trace_context = locked.context
+        UPDATE pgq.live_jobs j SET trace_context = locked.context
         FROM locked WHERE j.id = locked.id
         RETURNING 1
     )

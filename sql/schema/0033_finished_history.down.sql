@@ -4,6 +4,20 @@
 
 LOCK TABLE pgq.jobs IN ACCESS EXCLUSIVE MODE;
 
+-- pgq.snooze, pgq.snooze_skip and pgq.mark_awaited return rows of the partitioned pgq.jobs, which
+-- goes: dropped here with their grants kept, made again at the end (as revision 0032 had them).
+CREATE TEMPORARY TABLE pgq_0033_fn_grants ON COMMIT DROP AS
+SELECT p.oid::regprocedure::text AS fn, x.privilege_type,
+       CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(x.grantee::regrole::text) END AS grantee
+FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) x
+WHERE p.oid IN ('pgq.snooze(bigint[], uuid[], double precision[], jsonb[], text)'::regprocedure,
+                'pgq.snooze_skip(bigint[], uuid[], double precision[], jsonb[], boolean)'::regprocedure,
+                'pgq.mark_awaited(bigint)'::regprocedure)
+  AND x.grantee <> p.proowner;
+DROP FUNCTION pgq.snooze(bigint[], uuid[], double precision[], jsonb[], text);
+DROP FUNCTION pgq.snooze_skip(bigint[], uuid[], double precision[], jsonb[], boolean);
+DROP FUNCTION pgq.mark_awaited(bigint);
+
 CREATE TEMPORARY TABLE pgq_0033_carry ON COMMIT DROP AS
 SELECT 'view' AS what, c.oid::regclass::text AS name,
        pg_catalog.pg_get_viewdef(c.oid) AS body, NULL::text AS extra
@@ -173,3 +187,32 @@ CREATE TRIGGER jobs_release_dependents
     AFTER UPDATE OF status ON pgq.jobs
     FOR EACH STATEMENT
     EXECUTE FUNCTION pgq.jobs_release_dependents();
+
+-- The hot path's functions as revision 0032 had them, on pgq.jobs (see the up file).
+-- pgq:function claim@previous
+-- pgq:function claim_group_heads@previous
+-- pgq:function heartbeat@previous
+-- pgq:function heartbeat_skip@previous
+-- pgq:function snooze@previous
+-- pgq:function snooze_skip@previous
+-- pgq:function error_set@previous
+-- pgq:function trace_context_set@previous
+-- pgq:function limits_changed@previous
+-- pgq:function leases_lost@previous
+-- pgq:function mark_awaited@previous
+-- pgq:function enqueue_many@previous
+-- pgq:function enqueue_unique@previous
+REVOKE EXECUTE ON FUNCTION
+    pgq.snooze(bigint[], uuid[], double precision[], jsonb[], text),
+    pgq.snooze_skip(bigint[], uuid[], double precision[], jsonb[], boolean),
+    pgq.mark_awaited(bigint)
+FROM PUBLIC;
+DO $grants$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT * FROM pgq_0033_fn_grants LOOP
+        EXECUTE format('GRANT %s ON FUNCTION %s TO %s', r.privilege_type, r.fn, r.grantee);
+    END LOOP;
+END
+$grants$;
