@@ -305,6 +305,8 @@ DECLARE
     f record;
     g record;
 BEGIN
+    -- The bodies as they are (a later directive of this file may replace one): not checked again.
+    PERFORM set_config('check_function_bodies', 'off', true);
     FOR f IN SELECT * FROM pgq_0033_functions ORDER BY signature LOOP
         EXECUTE format('DROP FUNCTION %s', f.oid::regprocedure);
         EXECUTE f.body;
@@ -320,6 +322,7 @@ BEGIN
             EXECUTE format('ALTER FUNCTION %s OWNER TO %I', f.signature, f.owner);
         END IF;
     END LOOP;
+    PERFORM set_config('check_function_bodies', 'on', true);
 END
 $functions$;
 
@@ -365,20 +368,6 @@ COMMENT ON TABLE pgq.finished_jobs_default IS
 -- statements plan every partition and, as generic plans before PostgreSQL 16, lock each partition
 -- and its indexes). Enqueues insert there directly, and their ON CONFLICT names its unique index
 -- of active keys; reads that may need finished jobs read pgq.finished_jobs.
--- pgq.snooze, pgq.snooze_skip and pgq.mark_awaited return rows of pgq.jobs: since the old table's
--- rename they named its row type (now pgq.finished_jobs_before_0033's), which CREATE OR REPLACE
--- cannot change. Dropped and made again, with the grants they had.
-CREATE TEMPORARY TABLE pgq_0033_fn_grants ON COMMIT DROP AS
-SELECT p.oid::regprocedure::text AS fn, x.privilege_type,
-       CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(x.grantee::regrole::text) END AS grantee
-FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) x
-WHERE p.oid IN ('pgq.snooze(bigint[], uuid[], double precision[], jsonb[], text)'::regprocedure,
-                'pgq.snooze_skip(bigint[], uuid[], double precision[], jsonb[], boolean)'::regprocedure,
-                'pgq.mark_awaited(bigint)'::regprocedure)
-  AND x.grantee <> p.proowner;
-DROP FUNCTION pgq.snooze(bigint[], uuid[], double precision[], jsonb[], text);
-DROP FUNCTION pgq.snooze_skip(bigint[], uuid[], double precision[], jsonb[], boolean);
-DROP FUNCTION pgq.mark_awaited(bigint);
 -- pgq:function claim
 -- pgq:function claim_group_heads
 -- pgq:function heartbeat
@@ -392,17 +381,3 @@ DROP FUNCTION pgq.mark_awaited(bigint);
 -- pgq:function mark_awaited
 -- pgq:function enqueue_many
 -- pgq:function enqueue_unique
-REVOKE EXECUTE ON FUNCTION
-    pgq.snooze(bigint[], uuid[], double precision[], jsonb[], text),
-    pgq.snooze_skip(bigint[], uuid[], double precision[], jsonb[], boolean),
-    pgq.mark_awaited(bigint)
-FROM PUBLIC;
-DO $grants$
-DECLARE
-    r record;
-BEGIN
-    FOR r IN SELECT * FROM pgq_0033_fn_grants LOOP
-        EXECUTE format('GRANT %s ON FUNCTION %s TO %s', r.privilege_type, r.fn, r.grantee);
-    END LOOP;
-END
-$grants$;
