@@ -319,3 +319,8 @@ COMMENT ON TABLE pgq.finished_jobs_before_0033 IS
     'up to the day after the upgrade. Retention empties it; it stays, empty, for a downgrade.';
 COMMENT ON TABLE pgq.finished_jobs_default IS
     'Finished jobs of a day without a partition of its own (none was made ahead in time).';
+
+-- Retention by partition (issue #43, retain43): pgq purge and the workers' retention drop whole days
+-- past the horizon, one partition per transaction, before the row deletes of what is left.
+-- pgq:function finished_partitions_drop
+REVOKE ALL ON FUNCTION pgq.finished_partitions_drop(interval, text, interval) FROM PUBLIC;
