@@ -26,6 +26,7 @@ from psycopg.conninfo import make_conninfo
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pgq import Queue, _ops, _sql
+from pgq._ops.admin import partition_drop_stmt
 
 SHRINK = [
     "ALTER TABLE pgq.finished_jobs DETACH PARTITION pgq.finished_jobs_before_0033",
@@ -92,7 +93,7 @@ def by_drop(conn: psycopg.Connection, dsn: str) -> dict[str, float]:
     with psycopg.connect(dsn, autocommit=True) as c:
         c.row_factory = psycopg.rows.dict_row
         while not drops.done:
-            stmt = _ops.partition_drop_stmt(86400.0, drops.after)
+            stmt = partition_drop_stmt(86400.0, drops.after)
             c0 = time.perf_counter()
             rows = c.execute(_sql.query(stmt.name), stmt.params).fetchall()
             call_s += time.perf_counter() - c0
@@ -108,6 +109,7 @@ def main() -> None:
     ap.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres")
     ap.add_argument("--jobs", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=2, help="pairs of runs (rows, drop), alternated ABBA")
+    ap.add_argument("--drop-first", action="store_true", help="start with the drop (drop, rows, rows, drop, ...)")
     args = ap.parse_args()
     name = f"retain43_bench_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(args.dsn, autocommit=True) as admin:
@@ -121,7 +123,7 @@ def main() -> None:
                 conn.execute(stmt)
             order = []
             for r in range(args.rounds):
-                order += ["rows", "drop"] if r % 2 == 0 else ["drop", "rows"]
+                order += ["rows", "drop"] if (r % 2 == 0) != args.drop_first else ["drop", "rows"]
             for how in order:
                 t = time.perf_counter()
                 fill(conn, args.jobs)
