@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from psycopg import errors as pg_errors
@@ -160,23 +161,116 @@ def dependencies(job_id: int, *, limit: int = DEPENDENCIES_LIMIT) -> Operation[D
 
 PURGE_BATCH = 5000
 
+PARTITIONS_AHEAD = 7
+"""Days of partitions of the finished jobs that `pgq purge` and the workers' maintenance make ahead
+(pgq.finished_partitions_ensure): acknowledgements never land in the default partition while either
+runs at least weekly."""
+
+PARTITION_LOCK_WAIT_S = 1.0
+"""How long the drop of one day partition waits for each lock (lock_timeout); acknowledgements of
+jobs wait behind it for as long, at most."""
+
+PARTITION_TRIES = 3
+"""How many times a day partition whose lock was not granted is tried before it is left to the row
+deletes (and reported as skipped)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeReport:
+    """What a purge did: the day partitions it dropped whole (name, jobs), those it could not drop
+    (name, why: "held" when a failed job in it holds its sequence, "busy" when its lock was not granted
+    in PARTITION_TRIES tries; the row deletes took their other jobs), the jobs it deleted row by row,
+    and the partitions it made ahead."""
+
+    dropped: tuple[tuple[str, int], ...] = ()
+    skipped: tuple[tuple[str, str], ...] = ()
+    deleted: int = 0
+    created: int = 0
+
+    @property
+    def jobs(self) -> int:
+        """Every job the purge removed: those of the dropped partitions and those deleted by row."""
+        return self.deleted + sum(n for _, n in self.dropped)
+
+
+class PartitionDrops:
+    """The order in which a retention run tries the day partitions past its horizon: the oldest first,
+    each until it is dropped or held, or busy PARTITION_TRIES times. Feed it each call's row with
+    `record` and ask `after` for the next call's argument; `done` says when no partition is left."""
+
+    def __init__(self) -> None:
+        self.after = ""
+        self.done = False
+        self.dropped: list[tuple[str, int]] = []
+        self.skipped: list[tuple[str, str]] = []
+        self._tries = 0
+
+    def record(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Take the outcome of one pgq.finished_partitions_drop call (no row: none is left)."""
+        if not rows:
+            self.done = True
+            return
+        row = rows[0]
+        name, outcome = str(row["partition"]), str(row["outcome"])
+        if outcome == "busy":
+            self._tries += 1
+            if self._tries < PARTITION_TRIES:
+                return  # the same one again
+            self.skipped.append((name, outcome))
+        elif outcome == "dropped":
+            self.dropped.append((name, int(row["jobs"])))
+        else:
+            self.skipped.append((name, outcome))
+        self._tries = 0
+        self.after = name
+
+
+def partition_drop_stmt(older_than_s: float, after: str) -> Stmt:
+    """The call of pgq.finished_partitions_drop for the oldest day partition after `after`."""
+    return Stmt("finished_partitions_drop",
+                {"older_than_s": older_than_s, "after": after, "lock_wait_s": PARTITION_LOCK_WAIT_S})
+
+
+def partitions_ensure_stmt(days: int = PARTITIONS_AHEAD) -> Stmt:
+    """The call of pgq.finished_partitions_ensure: the partitions of today and `days` days ahead."""
+    return Stmt("finished_partitions_ensure", {"days": days})
+
 
 def purge(older_than: dt.timedelta | float, batch: int | None = None) -> Operation[int]:
-    """Delete jobs finished longer than `older_than` ago, `batch` rows per transaction (None:
-    PURGE_BATCH), until none is left; returns how many were deleted. Retry-safe (deleting what is
-    gone deletes nothing)."""
+    """Remove the jobs finished longer than `older_than` ago (see `purge_report`); returns how many."""
+    op = purge_report(older_than, batch)
+
+    def steps() -> Steps[int]:
+        report = yield from op.steps()
+        return report.jobs
+
+    return Operation("job_purge", steps, retry_safe=True)
+
+
+def purge_report(older_than: dt.timedelta | float, batch: int | None = None) -> Operation[PurgeReport]:
+    """Retention: make the day partitions of the coming PARTITIONS_AHEAD days that are missing; drop
+    every day partition of finished jobs whose whole UTC day ended `older_than` ago or earlier (each
+    its own short transaction, sql/finished_partitions_drop.sql); then delete what is left past the
+    horizon row by row, `batch` rows per transaction (None: PURGE_BATCH), until none is left (the
+    partition of the jobs finished before revision 0033, the default one, the day across the horizon,
+    and the days not dropped). Retry-safe (removing what is gone removes nothing)."""
     size = PURGE_BATCH if batch is None else batch
     seconds = delay_seconds(older_than)  # timedelta(0) or 0: every finished job
     if not seconds >= 0:
         raise InvalidJob(f"older_than must be >= 0, got {older_than!r}")
 
-    def steps() -> Steps[int]:
+    def steps() -> Steps[PurgeReport]:
+        rows = yield partitions_ensure_stmt()
+        created = int(rows[0]["created"])
+        drops = PartitionDrops()
+        while not drops.done:
+            drops.record((yield partition_drop_stmt(seconds, drops.after)))
         total = 0
         while True:
             deleted: int = yield Stmt("job_purge", {"older_than_s": seconds, "batch": size}, fetch="rowcount")
             total += deleted
             if deleted == 0:
-                return total
+                return PurgeReport(tuple(drops.dropped), tuple(drops.skipped), total, created)
 
     return Operation("job_purge", steps, retry_safe=True)
 

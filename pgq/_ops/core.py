@@ -107,14 +107,14 @@ def _clean_text(text: str) -> str:
 # a row lock (READ_ONLY_STATEMENTS); tests check that every .sql file is in exactly one of the two.
 WRITING_STATEMENTS: tuple[str, ...] = (
     "concurrency_limit_delete", "concurrency_limit_set", "dashboard_job_run_now", "finished_count",
-    "group_limits_delete", "group_limits_set", "job_after_finish", "job_cancel", "job_cancel_many", "job_claim",
-    "job_claim_fast", "job_complete", "job_complete_skip", "job_delete_many", "job_enqueue", "job_enqueue_after",
-    "job_enqueue_one", "job_enqueue_unique", "job_error_set", "job_fail", "job_fail_skip", "job_heartbeat",
-    "job_heartbeat_skip", "job_insert", "job_insert_one", "job_purge", "job_rescue", "job_retry", "job_retry_many",
-    "job_settle", "job_snooze", "job_snooze_skip", "job_trace_context_set", "job_wait_mark", "limit_audit",
-    "limits_changed", "maintenance_lock", "maintenance_lock_seen", "periodic_enqueue", "queue_pause",
-    "queue_resume", "rate_limit_delete", "rate_limit_set", "worker_prune", "worker_register", "worker_seen",
-    "worker_unregister",
+    "finished_partitions_drop", "finished_partitions_ensure", "group_limits_delete", "group_limits_set",
+    "job_after_finish", "job_cancel", "job_cancel_many", "job_claim", "job_claim_fast", "job_complete",
+    "job_complete_skip", "job_delete_many", "job_enqueue", "job_enqueue_after", "job_enqueue_one",
+    "job_enqueue_unique", "job_error_set", "job_fail", "job_fail_skip", "job_heartbeat", "job_heartbeat_skip",
+    "job_insert", "job_insert_one", "job_purge", "job_rescue", "job_retry", "job_retry_many", "job_settle",
+    "job_snooze", "job_snooze_skip", "job_trace_context_set", "job_wait_mark", "limit_audit", "limits_changed",
+    "maintenance_lock", "maintenance_lock_seen", "periodic_enqueue", "queue_pause", "queue_resume",
+    "rate_limit_delete", "rate_limit_set", "worker_prune", "worker_register", "worker_seen", "worker_unregister",
 )
 READ_ONLY_STATEMENTS: tuple[str, ...] = (
     "dashboard_concurrency_limits", "dashboard_failed_groups",

@@ -6,12 +6,12 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic
+from typing import Any, Generic
 
 from ..models import (
     JobSpec,
 )
-from .admin import PURGE_BATCH
+from .admin import PARTITIONS_AHEAD, PURGE_BATCH, partition_drop_stmt, partitions_ensure_stmt
 from .core import WRITING_STATEMENTS, Operation, Steps, Stmt, T, _text_list
 from .driver import _GUARD_PARAMS
 from .jobs import RESCUE_BATCH, enqueue
@@ -136,6 +136,34 @@ def purge_as_leader(lock_key: str, older_than_s: float, batch: int = PURGE_BATCH
         return LeaderRun(True, now, deleted)
 
     return Operation("job_purge", steps, transaction=True, retry_safe=True, guards_itself=True)
+
+
+def partition_drop_as_leader(lock_key: str, older_than_s: float,
+                             after: str) -> Operation[LeaderRun[list[dict[str, Any]]]]:
+    """One transaction: take the retention lock, and when it was free, drop the oldest day partition of
+    the finished jobs after `after` whose day ended `older_than_s` seconds ago or earlier
+    (sql/finished_partitions_drop.sql). Value: its row (partition, outcome, jobs), none when no such
+    partition is left."""
+
+    def steps() -> Steps[LeaderRun[list[dict[str, Any]]]]:
+        leader, now = yield from _leader(lock_key)
+        if not leader:
+            return LeaderRun(False, now, None)
+        rows = yield partition_drop_stmt(older_than_s, after)
+        return LeaderRun(True, now, list(rows))
+
+    return Operation("finished_partitions_drop", steps, transaction=True, retry_safe=True, guards_itself=True)
+
+
+def partitions_ensure(days: int = PARTITIONS_AHEAD) -> Operation[int]:
+    """Make the missing day partitions of the finished jobs from today to `days` days ahead
+    (pgq.finished_partitions_ensure: idempotent, one caller at a time). Value: how many were made."""
+
+    def steps() -> Steps[int]:
+        rows = yield partitions_ensure_stmt(days)
+        return int(rows[0]["created"])
+
+    return Operation("finished_partitions_ensure", steps, retry_safe=True)
 
 
 def periodic_enqueue_as_leader(

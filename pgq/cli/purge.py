@@ -1,4 +1,4 @@
-"""`pgq purge --older-than DURATION`: delete old finished jobs in batches."""
+"""`pgq purge --older-than DURATION`: drop old day partitions of finished jobs, delete the rest in batches."""
 
 from __future__ import annotations
 
@@ -26,8 +26,15 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
         formatter_class=Formatter,
         help="delete finished jobs older than a duration",
         description=(
-            "Delete succeeded, failed and cancelled jobs that finished more than DURATION ago, in\n"
-            "small batches (each its own short transaction), and print how many were deleted.\n"
+            "Delete succeeded, failed and cancelled jobs that finished more than DURATION ago, and\n"
+            "print how many were deleted. First the day partitions of finished jobs (UTC days) that\n"
+            "ended DURATION ago or earlier are dropped whole, each in its own short transaction that\n"
+            "waits at most 1 s for its lock (tried 3 times); a day that holds a failed job keeping\n"
+            "its sequence waiting, or whose lock was not granted, is left to the row deletes. Then\n"
+            "what is left past DURATION (the day across it, jobs finished before revision 0033, the\n"
+            "default partition) is deleted in small batches, each its own short transaction.\n"
+            "The partitions of the next 7 days are made first if missing. Progress (each partition\n"
+            "dropped, the rows deleted so far) goes to stderr.\n"
             "Queued and running jobs are never touched."
         ),
     )
@@ -40,11 +47,18 @@ def register(commands: Commands, dsn: argparse.ArgumentParser) -> None:
 
 PROGRESS_AFTER_S = 2.0
 
+_SKIPPED = {
+    "held": "a failed job in it holds its sequence",
+    "busy": "its lock was not granted",
+}
+
 
 def cmd_purge(args: argparse.Namespace) -> int:
-    """`pgq purge --older-than DURATION`: delete old finished jobs in batches; print the count.
+    """`pgq purge --older-than DURATION`: drop the day partitions past DURATION, delete the rest in
+    batches; print what was removed.
 
-    Runs longer than PROGRESS_AFTER_S report the running total on stderr about once a second.
+    Each partition dropped or skipped is reported on stderr at once; runs longer than PROGRESS_AFTER_S
+    report the running total of rows deleted on stderr about once a second.
     """
     older_than: dt.timedelta = args.older_than
     started = time.monotonic()
@@ -57,32 +71,51 @@ def cmd_purge(args: argparse.Namespace) -> int:
             last_report = now
             print(f"pgq: purge: {total} jobs deleted so far ({now - started:.0f} s)", file=sys.stderr, flush=True)
 
+    def partition(name: str, outcome: str, jobs: int | None) -> None:
+        if outcome == "dropped":
+            print(f"pgq: purge: dropped partition {name} ({jobs} jobs)", file=sys.stderr, flush=True)
+        elif outcome == "busy":
+            print(f"pgq: purge: partition {name}: its lock was not granted in {_ops.PARTITION_LOCK_WAIT_S:g} s",
+                  file=sys.stderr, flush=True)
+        elif outcome in _SKIPPED:
+            print(f"pgq: purge: partition {name} not dropped ({_SKIPPED[outcome]})", file=sys.stderr, flush=True)
+
     with open_queue(args) as queue:
-        deleted = _purge_with_progress(queue, older_than, report)
-    print(f"deleted {deleted} job(s) that finished more than {format_duration(older_than)} ago")
+        result = _purge_with_progress(queue, older_than, report, partition)
+    dropped = sum(n for _, n in result.dropped)
+    print(f"deleted {result.jobs} job(s) that finished more than {format_duration(older_than)} ago: "
+          f"{dropped} in {len(result.dropped)} day partition(s) dropped whole, {result.deleted} row by row")
+    for name, why in result.skipped:
+        print(f"partition {name} was not dropped ({_SKIPPED.get(why, why)}): its jobs past the horizon "
+              "were deleted row by row")
     return EXIT_OK
 
 
-def _purge_with_progress(queue: Queue, older_than: dt.timedelta, report: Callable[[int], None]) -> int:
-    """Run the purge operation of pgq._ops, calling `report(total so far)` after each batch.
+def _purge_with_progress(queue: Queue, older_than: dt.timedelta, report: Callable[[int], None],
+                         partition: Callable[[str, str, int | None], None]) -> _ops.PurgeReport:
+    """Run the purge operation of pgq._ops, calling `partition(name, outcome, jobs)` after each
+    partition's drop call and `report(total so far)` after each batch of row deletes.
 
-    The operation is pgq's own; this only observes the row count of each batch it runs.
+    The operation is pgq's own; this only observes the results of the statements it runs.
     """
-    op = _ops.purge(older_than.total_seconds())
+    op = _ops.purge_report(older_than.total_seconds())
 
-    def observed() -> _ops.Steps[int]:
+    def observed() -> _ops.Steps[_ops.PurgeReport]:
         inner = op.steps()
         total = 0
         try:
             stmt = next(inner)
             while True:
                 result = yield stmt
-                if stmt.fetch == "rowcount":
+                if stmt.name == "finished_partitions_drop" and result:
+                    row = result[0]
+                    partition(str(row["partition"]), str(row["outcome"]), row["jobs"])
+                elif stmt.fetch == "rowcount":
                     total += int(result)
                     report(total)
                 stmt = inner.send(result)
         except StopIteration as stop:
-            value: int = stop.value
+            value: _ops.PurgeReport = stop.value
             return value
 
     with queue.pool.connection() as conn:

@@ -1,5 +1,5 @@
 """Maintenance that workers run for the whole queue: rescue, periodic enqueue, retention, the counts of
-finished jobs.
+finished jobs, the day partitions of finished jobs made ahead.
 
 Every worker runs the loop (`Maintenance.run`), but each run of a step is done by one worker only:
 the step's transaction starts with `pgq.lead(<the step>)` (the row lock of the step's row of
@@ -35,11 +35,13 @@ from .registry import Registry
 
 __all__ = [
     "COUNT_INTERVAL",
+    "PARTITIONS_INTERVAL",
     "PERIODIC_LOCK_KEY",
     "RESCUE_LOCK_KEY",
     "RETENTION_LOCK_KEY",
     "Counter",
     "Maintenance",
+    "PartitionMaker",
     "PeriodicEnqueuer",
     "Rescuer",
     "Retention",
@@ -199,8 +201,10 @@ class Rescuer:
 
 
 class Retention:
-    """Deletes jobs that finished (succeeded, failed, cancelled) more than `older_than` seconds ago,
-    in batches of `batch`, each its own short transaction holding the retention lock."""
+    """Removes jobs that finished (succeeded, failed, cancelled) more than `older_than` seconds ago:
+    first the day partitions of finished jobs whose whole day is past that (each dropped in its own
+    short transaction, pgq.finished_partitions_drop), then what is left past it row by row, in
+    batches of `batch`, each its own short transaction. Every transaction holds the retention lock."""
 
     def __init__(self, queue: AsyncQueue, older_than: float, *, batch: int = _ops.PURGE_BATCH) -> None:
         if not older_than > 0:
@@ -210,18 +214,64 @@ class Retention:
         self._batch = batch
 
     async def run_once(self) -> StepResult:
-        """Delete batches until one comes back short, if this worker gets the lock. Counts: `deleted`."""
+        """Drop the partitions past the horizon, then delete batches until one comes back short, as long
+        as this worker gets the lock. Counts: `dropped` (partitions), `dropped_jobs` (their jobs),
+        `skipped` (partitions left to the row deletes: held or busy) and `deleted` (rows)."""
+        drops = _ops.PartitionDrops()
+        leader = False
+        while not drops.done:
+            run = await self._queue._run(_ops.partition_drop_as_leader(RETENTION_LOCK_KEY, self._older_than,
+                                                                       drops.after))
+            if run.value is None:
+                return StepResult(leader, self._counts(drops, 0))
+            leader = True
+            drops.record(run.value)
+        for name, jobs in drops.dropped:
+            logger.info("retention: dropped partition %s (%d finished jobs)", name, jobs,
+                        extra={"event": "job_purge_partition", "partition": name, "count": jobs})
+        for name, why in drops.skipped:
+            logger.info("retention: partition %s not dropped (%s): its jobs past the horizon are deleted row "
+                        "by row", name, "a failed job in it holds its sequence" if why == "held"
+                        else "its lock was not granted", extra={"event": "job_purge_partition_skipped",
+                                                                "partition": name, "reason": why})
         deleted = 0
         while True:
-            run = await self._queue._run(_ops.purge_as_leader(RETENTION_LOCK_KEY, self._older_than, self._batch))
-            if run.value is None:
-                return StepResult(deleted > 0, {"deleted": deleted})
-            deleted += run.value
-            if run.value < self._batch:
+            batch = await self._queue._run(_ops.purge_as_leader(RETENTION_LOCK_KEY, self._older_than, self._batch))
+            if batch.value is None:
+                return StepResult(leader or deleted > 0, self._counts(drops, deleted))
+            deleted += batch.value
+            if batch.value < self._batch:
                 if deleted:
                     logger.info("retention: deleted %d finished jobs", deleted,
                                 extra={"event": "job_purge", "count": deleted})
-                return StepResult(True, {"deleted": deleted})
+                return StepResult(True, self._counts(drops, deleted))
+
+    @staticmethod
+    def _counts(drops: _ops.PartitionDrops, deleted: int) -> dict[str, int]:
+        return {"dropped": len(drops.dropped), "dropped_jobs": sum(n for _, n in drops.dropped),
+                "skipped": len(drops.skipped), "deleted": deleted}
+
+
+PARTITIONS_INTERVAL: Final = 3600.0
+"""Seconds between a worker's runs of pgq.finished_partitions_ensure (the day partitions of the finished
+jobs, PARTITIONS_AHEAD days ahead): cheap when none is missing, and one creator at a time."""
+
+
+class PartitionMaker:
+    """Makes the day partitions of the finished jobs ahead (pgq.finished_partitions_ensure, revision 0033),
+    so that acknowledgements never land in the default partition while a worker runs."""
+
+    def __init__(self, queue: AsyncQueue, *, days: int = _ops.PARTITIONS_AHEAD) -> None:
+        self._queue = queue
+        self._days = days
+
+    async def run_once(self) -> StepResult:
+        """One call. Counts: `created` (partitions made)."""
+        created = await self._queue._run(_ops.partitions_ensure(self._days))
+        if created:
+            logger.info("partitions: made %d day partitions of the finished jobs ahead", created,
+                        extra={"event": "finished_partitions_ensure", "count": created})
+        return StepResult(True, {"created": created})
 
 
 class PeriodicEnqueuer:
@@ -328,15 +378,20 @@ _REFUSED_HINTS: Final = {
     "periodic": "periodic jobs are enqueued by the other workers (grant pgq_worker to this one's role)",
     "retention": "finished jobs stay until `pgq purge` runs as pgq_admin (workers with only pgq_worker "
                  "may not delete jobs)",
+    "partitions": "the day partitions of the finished jobs are made ahead by the other workers and `pgq purge` "
+                  "(grant pgq_worker to this one's role); without any, finished jobs land in the default partition",
     "counts": "the dashboard's counts of finished jobs are kept by the other workers (grant pgq_worker to this "
               "one's role); without any, it counts the newest finished jobs only",
 }
 
 
 class Maintenance:
-    """Runs the five steps forever at their intervals (until cancelled). Owned by a Worker.
+    """Runs the six steps forever at their intervals (until cancelled). Owned by a Worker.
 
     `count_interval`: seconds between passes of the finished-job counts (`Counter`).
+
+    `partitions_interval`: seconds between runs of `PartitionMaker` (the day partitions of the finished
+    jobs made PARTITIONS_AHEAD days ahead; every worker runs it, one creator at a time).
 
     `settle_interval`: seconds between settle runs (`pgq.settle`: the children and waits a finish could
     not see because their producer committed after it; one worker at a time does the work).
@@ -361,6 +416,7 @@ class Maintenance:
         periodic_cap: float = 30.0,
         settle_interval: float = SETTLE_INTERVAL,
         count_interval: float = COUNT_INTERVAL,
+        partitions_interval: float = PARTITIONS_INTERVAL,
         metrics: Metrics | None = None,
         stalled_after: float | None = None,
         tasks: Mapping[str, AnyTask] | None = None,
@@ -371,6 +427,8 @@ class Maintenance:
         self.periodic = PeriodicEnqueuer(queue, periodic)
         self.retention = None if retention is None else Retention(queue, retention)
         self.counter = Counter(queue)
+        self.partitions = PartitionMaker(queue)
+        self._partitions_interval = partitions_interval
         self._count_interval = count_interval
         self._rescue_interval = rescue_interval
         self._settle_interval = settle_interval
@@ -386,6 +444,7 @@ class Maintenance:
             "rescue": now + JITTER.random() * min(self._rescue_interval, 1.0),
             "settle": now + JITTER.random() * self._settle_interval,
             "counts": now + JITTER.random() * min(self._count_interval, 5.0),
+            "partitions": now + JITTER.random() * min(self._partitions_interval, 10.0),
             "periodic": now if self._has_periodic else float("inf"),
             "retention": now + JITTER.random() * min(self._retention_interval, 10.0)
             if self.retention is not None else float("inf"),
@@ -433,6 +492,9 @@ class Maintenance:
         if step == "counts":
             await self.counter.run_once()
             return self._count_interval * jitter
+        if step == "partitions":
+            await self.partitions.run_once()
+            return self._partitions_interval * jitter
         if step == "periodic":
             result = await self.periodic.run_once()
             return self.periodic.next_run_in(result.leader, self._periodic_cap)

@@ -193,3 +193,9 @@ GRANT EXECUTE ON FUNCTION pgq.lead(text) TO {worker};
 -- 5. Revision 0026. A pass of the finished-job counts (pgq.count_finished: it writes only the counts
 -- tables, one pass at a time) for the worker, whose maintenance loop runs it.
 GRANT EXECUTE ON FUNCTION pgq.count_finished(interval, interval) TO {worker};
+
+-- 6. Revision 0033. The day partitions of the finished jobs made ahead (pgq.finished_partitions_ensure:
+-- it only creates the partitions of the coming days, at most a year ahead) for the worker, whose
+-- maintenance loop runs it so that acknowledgements never land in the default partition. Dropping
+-- days (pgq.finished_partitions_drop) deletes jobs: it stays with the admin, as the purge does.
+GRANT EXECUTE ON FUNCTION pgq.finished_partitions_ensure(integer) TO {worker};

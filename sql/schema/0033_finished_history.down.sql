@@ -81,6 +81,8 @@ END
 $functions$;
 DROP TABLE pgq.jobs_0033_partitioned;
 DROP FUNCTION pgq.finished_partitions_ensure(integer);
+-- Retention by partition (retain43).
+DROP FUNCTION pgq.finished_partitions_drop(interval, text, interval);
 
 DO $seq$
 DECLARE

@@ -381,3 +381,7 @@ COMMENT ON TABLE pgq.finished_jobs_default IS
 -- pgq:function mark_awaited
 -- pgq:function enqueue_many
 -- pgq:function enqueue_unique
+-- Retention by partition (issue #43, retain43): pgq purge and the workers' retention drop whole days
+-- past the horizon, one partition per transaction, before the row deletes of what is left.
+-- pgq:function finished_partitions_drop
+REVOKE ALL ON FUNCTION pgq.finished_partitions_drop(interval, text, interval) FROM PUBLIC;

@@ -520,7 +520,8 @@ def test_purge_deletes_only_jobs_finished_before_the_duration(cli: CLI, pgq_dsn:
     active = pgq_queue.enqueue("still-queued")
 
     result = cli("purge", "--older-than", "7d", "--dsn", pgq_dsn)
-    assert result.code == 0 and result.out == "deleted 1 job(s) that finished more than 7d ago\n"
+    assert result.code == 0 and result.out == (
+        "deleted 1 job(s) that finished more than 7d ago: 0 in 0 day partition(s) dropped whole, 1 row by row\n")
     assert pgq_queue.get(ids["old"]) is None and pgq_queue.get(ids["hours"]) is not None
 
     assert cli("purge", "--older-than", "12h", "--dsn", pgq_dsn).out.startswith("deleted 1 job(s)")
@@ -540,7 +541,8 @@ def test_purge_reports_progress_on_stderr_for_long_runs(cli: CLI, pgq_dsn: str, 
     _finished_jobs(pgq_queue, db, {"a": "1 day"})
     monkeypatch.setattr(pgq.cli.purge, "PROGRESS_AFTER_S", 0.0)  # every run counts as long
     result = cli("purge", "--older-than", "1h", "--dsn", pgq_dsn)
-    assert result.code == 0 and result.out == "deleted 1 job(s) that finished more than 1h ago\n"
+    assert result.code == 0 and result.out == (
+        "deleted 1 job(s) that finished more than 1h ago: 0 in 0 day partition(s) dropped whole, 1 row by row\n")
     assert result.err_lines and result.err_lines[0].startswith("pgq: purge: 1 jobs deleted so far")
 
 
