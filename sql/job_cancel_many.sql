@@ -6,7 +6,8 @@ WITH picked AS (
     SELECT j.id FROM pgq.jobs j
     WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status IN ('waiting', 'queued', 'running')
     ORDER BY j.id
-    FOR NO KEY UPDATE OF j  -- the UPDATE's own lock: a producer's FOR KEY SHARE (a new child) does not stop it
+    FOR UPDATE OF j  -- the delete's own lock, in id order (a delete, unlike an update, waits for a
+                     -- producer's FOR KEY SHARE of a parent: no upgrade in another order later)
 ),
 gone AS (
     -- Revision 0033: the jobs move to pgq.finished_jobs, a delete and an insert in this statement.

@@ -17,7 +17,8 @@ targets AS MATERIALIZED (
     FROM pgq.jobs j
     WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status IN ('failed', 'cancelled')
     ORDER BY j.id
-    FOR NO KEY UPDATE OF j  -- the UPDATE's own lock: a producer's FOR KEY SHARE (a new child) does not stop it
+    FOR UPDATE OF j  -- the delete's own lock, in id order (a delete, unlike an update, waits for a
+                     -- producer's FOR KEY SHARE of a parent: no upgrade in another order later)
 ),
 chosen AS MATERIALIZED (
     SELECT t.id FROM targets t WHERE t.dedupe_key IS NULL

@@ -3,11 +3,13 @@ LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
     WITH locked AS (
-        -- Through pgq.jobs: its UPDATE privilege (an administrator's) is checked before anything.
+        -- Through pgq.jobs: its UPDATE privilege (an administrator's) is checked before anything. The
+        -- delete's own lock (FOR UPDATE: it waits for a producer's FOR KEY SHARE of a parent), taken
+        -- here so that the delete need not upgrade it.
         SELECT j.id
         FROM pgq.jobs j
         WHERE j.id = job_id AND j.status::text IN ('waiting', 'queued', 'running')
-        FOR NO KEY UPDATE OF j
+        FOR UPDATE OF j
     ),
     gone AS (
         DELETE FROM pgq.live_jobs l

@@ -80,7 +80,14 @@ BEGIN
         EXIT WHEN kids IS NULL;
 
         -- Cancel those that needed a parent that did not succeed ...
-        -- (Revision 0033: they move to pgq.finished_jobs, a delete and an insert in one statement.)
+        -- (Revision 0033: they move to pgq.finished_jobs, a delete and an insert in one statement. A
+        -- delete waits for a producer's FOR KEY SHARE, which the lock taken above does not: the
+        -- stronger lock first, in id order, not in the delete's order.)
+        PERFORM 1 FROM pgq.live_jobs c
+        WHERE c.id = ANY(ARRAY(SELECT k.id FROM unnest(kids, dooms) AS k(id, doomed_by) WHERE k.doomed_by IS NOT NULL))
+          AND c.status = 'waiting'
+        ORDER BY c.id
+        FOR UPDATE OF c;
         WITH doomed AS (
             DELETE FROM pgq.live_jobs c
             USING unnest(kids, counts, dooms) AS k(id, n, doomed_by)

@@ -23,7 +23,9 @@ BEGIN
         WHERE j.status = 'running' AND j.lease_expires_at < now() AND (scope IS NULL OR j.queue = ANY(scope))
         ORDER BY j.lease_expires_at
         LIMIT p_limit
-        FOR NO KEY UPDATE SKIP LOCKED
+        -- FOR UPDATE: the lock of the delete below, so that a row a producer holds FOR KEY SHARE (a
+        -- new child's parent) is skipped too, not waited for.
+        FOR UPDATE SKIP LOCKED
     ),
     requeued AS (
         UPDATE pgq.live_jobs j

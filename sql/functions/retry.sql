@@ -24,13 +24,13 @@ unfinished AS (
 ),
 target AS MATERIALIZED (
     -- Revision 0033: the job moves from pgq.finished_jobs back to pgq.live_jobs (a delete and an
-    -- insert in this statement, the same id). Locked first through pgq.jobs, after its parents: an
+    -- insert in this statement, the same id). Locked through pgq.jobs, after its parents: an
     -- administrator's UPDATE privilege is checked there as before (a worker's refusal names pgq.jobs).
     SELECT j.id
     FROM pgq.jobs j
     WHERE j.id = retry.job_id AND j.status IN ('failed', 'cancelled')
       AND (SELECT count(*) FROM parents) >= 0  -- after the parents' locks
-    FOR NO KEY UPDATE OF j
+    FOR UPDATE OF j  -- the delete's own lock (it waits for a producer's FOR KEY SHARE)
 ),
 gone AS (
     DELETE FROM pgq.finished_jobs j
