@@ -17,7 +17,8 @@ targets AS MATERIALIZED (
     FROM pgq.jobs j
     WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status IN ('failed', 'cancelled')
     ORDER BY j.id
-    FOR NO KEY UPDATE OF j  -- the UPDATE's own lock: a producer's FOR KEY SHARE (a new child) does not stop it
+    FOR UPDATE OF j  -- the delete's own lock, in id order (a delete, unlike an update, waits for a
+                     -- producer's FOR KEY SHARE of a parent: no upgrade in another order later)
 ),
 chosen AS MATERIALIZED (
     SELECT t.id FROM targets t WHERE t.dedupe_key IS NULL
@@ -38,17 +39,29 @@ unfinished AS (
     WHERE d.job_id IN (SELECT c.id FROM chosen c)
     GROUP BY d.job_id
 ),
-retried AS (
-    UPDATE pgq.jobs j
-    SET status = CASE WHEN coalesce(u.n, 0) > 0 THEN 'waiting' ELSE 'queued' END::pgq.job_status,
-        pending_parents = CASE WHEN j.pending_parents IS NOT NULL THEN coalesce(u.n, 0) END,
-        attempts = 0,
-        run_at = now(),
-        finished_at = NULL,
-        result = NULL
-    FROM chosen c
-    LEFT JOIN unfinished u ON u.job_id = c.id
+gone AS (
+    -- Revision 0033: the jobs move from pgq.finished_jobs back to pgq.live_jobs, a delete and an
+    -- insert in this statement (the same ids).
+    DELETE FROM pgq.finished_jobs j
+    USING chosen c
     WHERE j.id = c.id
+    RETURNING j.*
+),
+retried AS (
+    INSERT INTO pgq.live_jobs AS j (id, queue, kind, payload, priority, status, run_at, attempts, max_attempts,
+                                    dedupe_key, lease_token, lease_expires_at, claimed_by, last_error, result,
+                                    input_watermark, done_watermark, created_at, started_at, finished_at,
+                                    progress, awaited, pending_parents, has_dependents, limited, group_key,
+                                    trace_context, sequence_key)
+    SELECT g.id, g.queue, g.kind, g.payload, g.priority,
+           CASE WHEN coalesce(u.n, 0) > 0 THEN 'waiting' ELSE 'queued' END::pgq.job_status, now(), 0,
+           g.max_attempts, g.dedupe_key, NULL, NULL, g.claimed_by, g.last_error, NULL,
+           g.input_watermark, g.done_watermark, g.created_at, g.started_at, NULL,
+           g.progress, g.awaited, CASE WHEN g.pending_parents IS NOT NULL THEN coalesce(u.n, 0) END,
+           g.has_dependents, g.limited, g.group_key, g.trace_context, g.sequence_key
+    FROM gone g
+    LEFT JOIN unfinished u ON u.job_id = g.id
+    ORDER BY g.id
     RETURNING j.id, j.queue, j.status
 ),
 reopened AS (

@@ -9,7 +9,8 @@ BEGIN
     done := FOUND;
     IF NOT done THEN
         RETURN QUERY
-        UPDATE pgq.jobs j SET status = 'cancelled'
+        -- Revision 0033: a finished job stays in pgq.finished_jobs (and in its day's partition).
+        UPDATE pgq.finished_jobs j SET status = 'cancelled'
         WHERE j.id = cancel.job_id AND j.status = 'failed'
           AND EXISTS (SELECT 1 FROM pgq.job_dependencies d
                       WHERE d.parent_id = j.id AND d.parent_outcome IS NULL AND d.sequence_hold)

@@ -11,6 +11,8 @@ BEGIN
            count(*)
     FROM gone g
     WHERE g.status IN ('succeeded', 'failed', 'cancelled') AND g.finished_at IS NOT NULL
+      -- Revision 0033: not a job that moved back to pgq.live_jobs in the same statement (a retry).
+      AND NOT EXISTS (SELECT 1 FROM pgq.live_jobs l WHERE l.id = g.id)
       AND g.finished_at >= coalesce((SELECT pg_catalog.date_bin('1 minute', s.counted_through - s.recount,
                                                                   '2000-01-01 00:00:00+00')
                                      FROM pgq.finished_counts_state s), '-infinity')

@@ -3,6 +3,11 @@ LANGUAGE plpgsql
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    -- Revision 0033: a job that moved back to pgq.live_jobs in the same statement (a retry) was not
+    -- deleted.
+    IF EXISTS (SELECT 1 FROM pgq.live_jobs l WHERE l.id = OLD.id) THEN
+        RETURN NULL;
+    END IF;
     INSERT INTO pgq.key_finishes AS f (queue, dedupe_key, job_id, finished_at)
     VALUES (OLD.queue, OLD.dedupe_key, OLD.id, OLD.finished_at)
     ON CONFLICT (queue, dedupe_key) DO UPDATE

@@ -80,16 +80,36 @@ BEGIN
         EXIT WHEN kids IS NULL;
 
         -- Cancel those that needed a parent that did not succeed ...
-        WITH gone AS (
-            UPDATE pgq.jobs c
-            SET status = 'cancelled',
-                pending_parents = c.pending_parents - k.n,
-                finished_at = now(),
-                last_error = format('parent job %s %s', k.doomed_by,
-                                    (SELECT p.status FROM pgq.jobs p WHERE p.id = k.doomed_by))
-            FROM unnest(kids, counts, dooms) AS k(id, n, doomed_by)
+        -- (Revision 0033: they move to pgq.finished_jobs, a delete and an insert in one statement. A
+        -- delete waits for a producer's FOR KEY SHARE, which the lock taken above does not: the
+        -- stronger lock first, in id order, not in the delete's order.)
+        PERFORM 1 FROM pgq.live_jobs c
+        WHERE c.id = ANY(ARRAY(SELECT k.id FROM unnest(kids, dooms) AS k(id, doomed_by) WHERE k.doomed_by IS NOT NULL))
+          AND c.status = 'waiting'
+        ORDER BY c.id
+        FOR UPDATE OF c;
+        WITH doomed AS (
+            DELETE FROM pgq.live_jobs c
+            USING unnest(kids, counts, dooms) AS k(id, n, doomed_by)
             WHERE c.id = k.id AND k.doomed_by IS NOT NULL AND c.status = 'waiting'
-            RETURNING c.id
+            RETURNING c.*, k.n AS released, k.doomed_by
+        ),
+        gone AS (
+            INSERT INTO pgq.finished_jobs AS f (id, queue, kind, payload, priority, status, run_at, attempts,
+                                                max_attempts, dedupe_key, lease_token, lease_expires_at, claimed_by,
+                                                last_error, result, input_watermark, done_watermark, created_at,
+                                                started_at, finished_at, progress, awaited, pending_parents,
+                                                has_dependents, limited, group_key, trace_context, sequence_key)
+            SELECT c.id, c.queue, c.kind, c.payload, c.priority, 'cancelled', c.run_at, c.attempts,
+                   c.max_attempts, c.dedupe_key, c.lease_token, c.lease_expires_at, c.claimed_by,
+                   format('parent job %s %s', c.doomed_by,
+                          (SELECT p.status FROM pgq.jobs p WHERE p.id = c.doomed_by)),
+                   c.result, c.input_watermark, c.done_watermark, c.created_at,
+                   c.started_at, now(), c.progress, c.awaited, c.pending_parents - c.released,
+                   c.has_dependents, c.limited, c.group_key, c.trace_context, c.sequence_key
+            FROM doomed c
+            ORDER BY c.id
+            RETURNING f.id
         )
         SELECT coalesce(array_agg(g.id ORDER BY g.id), '{}') INTO level FROM gone g;
         -- A child about to be queued whose dedupe key another active job holds (a replacement queued

@@ -22,16 +22,35 @@ WITH parents AS MATERIALIZED (
 unfinished AS (
     SELECT count(*) FILTER (WHERE p.status IN ('waiting', 'queued', 'running'))::integer AS n FROM parents p
 ),
-retried AS (
-    UPDATE pgq.jobs j
-    SET status = CASE WHEN u.n > 0 THEN 'waiting' ELSE 'queued' END::pgq.job_status,
-        pending_parents = CASE WHEN j.pending_parents IS NOT NULL THEN u.n END,
-        attempts = 0,
-        run_at = now(),
-        finished_at = NULL,
-        result = NULL
-    FROM unfinished u
+target AS MATERIALIZED (
+    -- Revision 0033: the job moves from pgq.finished_jobs back to pgq.live_jobs (a delete and an
+    -- insert in this statement, the same id). Locked through pgq.jobs, after its parents: an
+    -- administrator's UPDATE privilege is checked there as before (a worker's refusal names pgq.jobs).
+    SELECT j.id
+    FROM pgq.jobs j
     WHERE j.id = retry.job_id AND j.status IN ('failed', 'cancelled')
+      AND (SELECT count(*) FROM parents) >= 0  -- after the parents' locks
+    FOR UPDATE OF j  -- the delete's own lock (it waits for a producer's FOR KEY SHARE)
+),
+gone AS (
+    DELETE FROM pgq.finished_jobs j
+    USING target t
+    WHERE j.id = t.id
+    RETURNING j.*
+),
+retried AS (
+    INSERT INTO pgq.live_jobs AS j (id, queue, kind, payload, priority, status, run_at, attempts, max_attempts,
+                                    dedupe_key, lease_token, lease_expires_at, claimed_by, last_error, result,
+                                    input_watermark, done_watermark, created_at, started_at, finished_at,
+                                    progress, awaited, pending_parents, has_dependents, limited, group_key,
+                                    trace_context, sequence_key)
+    SELECT g.id, g.queue, g.kind, g.payload, g.priority,
+           CASE WHEN u.n > 0 THEN 'waiting' ELSE 'queued' END::pgq.job_status, now(), 0, g.max_attempts,
+           g.dedupe_key, NULL, NULL, g.claimed_by, g.last_error, NULL,
+           g.input_watermark, g.done_watermark, g.created_at, g.started_at, NULL,
+           g.progress, g.awaited, CASE WHEN g.pending_parents IS NOT NULL THEN u.n END, g.has_dependents,
+           g.limited, g.group_key, g.trace_context, g.sequence_key
+    FROM gone g, unfinished u
     RETURNING j.*
 ),
 reopened AS (

@@ -3,6 +3,11 @@ LANGUAGE plpgsql
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    -- Revision 0033: a job that moved back to pgq.live_jobs in the same statement (a retry) was not
+    -- deleted.
+    IF EXISTS (SELECT 1 FROM pgq.live_jobs l WHERE l.id = OLD.id) THEN
+        RETURN NULL;
+    END IF;
     DELETE FROM pgq.sequence_tails t
     WHERE t.ctid = ANY(ARRAY(SELECT o.ctid FROM pgq.sequence_tails o
                              WHERE o.queue = OLD.queue AND o.sequence_key = OLD.sequence_key

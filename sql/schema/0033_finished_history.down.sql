@@ -194,3 +194,27 @@ CREATE TRIGGER jobs_release_dependents
 -- pgq:function mark_awaited@previous
 -- pgq:function enqueue_many@previous
 -- pgq:function enqueue_unique@previous
+-- Cancels, rescues and retries (group cancel43): the definitions of revision 0032. pgq.cancel_core
+-- as revision 0012's rename left it (no earlier revision defines it by a CREATE).
+CREATE OR REPLACE FUNCTION pgq.cancel_core(job_id bigint) RETURNS SETOF pgq.jobs
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    UPDATE pgq.jobs j
+    SET status = 'cancelled',
+        lease_token = NULL,
+        lease_expires_at = NULL,
+        finished_at = now()
+    WHERE j.id = job_id AND j.status::text IN ('waiting', 'queued', 'running')
+    RETURNING j.*;
+$fn$;
+COMMENT ON FUNCTION pgq.cancel_core(bigint) IS
+    'Cancel a queued or running job and return it (no row: no such job, or finished already). A '
+    'running job''s worker is told to stop its handler. Needs an administrator (pgq_admin).';
+-- pgq:function cancel@previous
+-- pgq:function rescue@previous
+-- pgq:function retry@previous
+-- pgq:function release_children@previous
+-- pgq:function key_finish_keep@previous
+-- pgq:function sequence_tail_prune@previous
+-- pgq:function finished_counts_keep_deleted@previous

@@ -385,3 +385,18 @@ COMMENT ON TABLE pgq.finished_jobs_default IS
 -- past the horizon, one partition per transaction, before the row deletes of what is left.
 -- pgq:function finished_partitions_drop
 REVOKE ALL ON FUNCTION pgq.finished_partitions_drop(interval, text, interval) FROM PUBLIC;
+-- Cancels, rescues and retries (group cancel43): each moves a job between pgq.live_jobs and
+-- pgq.finished_jobs explicitly, a delete and an insert in one statement, instead of an UPDATE of
+-- pgq.jobs that PostgreSQL turns into a row movement (a concurrent heartbeat, claim or cancel of the
+-- row would then fail instead of finding it gone). A cancel notifies a running job's worker itself
+-- (the live table has no cancel trigger). pgq.cancel_core, until now the body that revision 0012
+-- renamed from pgq.cancel, gets its own definition here. The triggers that keep a deleted finished
+-- job's key finish, sequence tail and counts ignore a job that a retry moved back to live_jobs.
+-- pgq:function cancel_core
+-- pgq:function cancel
+-- pgq:function rescue
+-- pgq:function retry
+-- pgq:function release_children
+-- pgq:function key_finish_keep
+-- pgq:function sequence_tail_prune
+-- pgq:function finished_counts_keep_deleted
