@@ -63,6 +63,7 @@ class LeaseLost(PgqError):
 # Constraint names of sql/schema -> what they mean to a caller. Mapped by name, never by message text.
 CONSTRAINT_MESSAGES: dict[str, str] = {
     "jobs_dedupe_active_uq": "another active job already holds this dedupe key",
+    "live_jobs_dedupe_active_uq": "another active job already holds this dedupe key",  # revision 0033
     "jobs_kind_not_empty": "kind must not be empty",
     "jobs_queue_not_empty": "queue must not be empty",
     "jobs_max_attempts_positive": "max_attempts must be at least 1",
