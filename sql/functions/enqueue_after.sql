@@ -51,7 +51,7 @@ BEGIN
     END IF;
     -- The ids, taken from the sequence in input order: a sequence edge within the batch names its
     -- parent by id.
-    new_ids := ARRAY(SELECT nextval(pg_get_serial_sequence('pgq.jobs', 'id'))
+    new_ids := ARRAY(SELECT nextval('pgq.jobs_id_seq')
                      FROM generate_series(1, coalesce(cardinality(kinds), 0)) AS g(n) ORDER BY g.n);
     IF cardinality(array_remove(sequence_keys, NULL)) > 0 THEN
         -- The tails, read under the locks taken above (this statement's snapshot sees the last
@@ -98,9 +98,12 @@ BEGIN
               ORDER BY 1, 2, k.ord DESC) l
         WHERE t.queue = l.queue AND t.sequence_key = l.key;
     END IF;
-    -- The parents, given and tails: FOR KEY SHARE, which no UPDATE waits for, and no write to them
-    -- (revision 0012).
-    PERFORM 1 FROM pgq.jobs j
+    -- The parents, given and tails, that finished: FOR KEY SHARE, so that no purge deletes one before
+    -- the edges to it commit, and no write to them (revision 0012). Since revision 0033 a job that
+    -- finishes moves to pgq.finished_jobs (a delete of its live row, which would wait for that lock),
+    -- so parents still live are read, not locked: one that finishes meanwhile does not see the new
+    -- edges, and pgq.settle releases what a finish could not see, as it always did.
+    PERFORM 1 FROM pgq.finished_jobs j
     WHERE j.id IN (SELECT DISTINCT p FROM unnest(edge_parents || seq_prevs) AS p)
     ORDER BY j.id
     FOR KEY SHARE OF j;

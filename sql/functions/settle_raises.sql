@@ -23,7 +23,7 @@ BEGIN
     WITH raised AS (
         SELECT r.queue, r.dedupe_key, max(r.watermark) AS watermark
         FROM pgq.key_raises r
-        WHERE EXISTS (SELECT 1 FROM pgq.jobs a
+        WHERE EXISTS (SELECT 1 FROM pgq.live_jobs a
                       WHERE a.queue = r.queue AND a.dedupe_key = r.dedupe_key AND a.status IN ('queued', 'running'))
         GROUP BY r.queue, r.dedupe_key
         ORDER BY r.queue, r.dedupe_key
@@ -31,13 +31,13 @@ BEGIN
     ),
     target AS (
         SELECT a.id, x.watermark
-        FROM pgq.jobs a JOIN raised x ON a.queue = x.queue AND a.dedupe_key = x.dedupe_key
+        FROM pgq.live_jobs a JOIN raised x ON a.queue = x.queue AND a.dedupe_key = x.dedupe_key
         WHERE a.status IN ('queued', 'running')
         ORDER BY a.id
         FOR NO KEY UPDATE OF a SKIP LOCKED
     ),
     folded AS (
-        UPDATE pgq.jobs j SET input_watermark = greatest(j.input_watermark, t.watermark)
+        UPDATE pgq.live_jobs j SET input_watermark = greatest(j.input_watermark, t.watermark)
         FROM target t
         WHERE j.id = t.id AND j.status IN ('queued', 'running')
         RETURNING j.queue, j.dedupe_key, j.input_watermark
@@ -59,7 +59,7 @@ BEGIN
                      coalesce((SELECT f.status IN ('failed', 'cancelled') AND x.at < f.finished_at
                                FROM pgq.jobs f WHERE f.id = x.job_id), false) AS absorbed
               FROM pgq.key_raises x
-              WHERE NOT EXISTS (SELECT 1 FROM pgq.jobs a
+              WHERE NOT EXISTS (SELECT 1 FROM pgq.live_jobs a
                                 WHERE a.queue = x.queue AND a.dedupe_key = x.dedupe_key
                                   AND a.status IN ('queued', 'running'))) r
         GROUP BY r.queue, r.dedupe_key
@@ -72,7 +72,7 @@ BEGIN
                 -- A new job, unless a run covered the watermark by now or a job of the key became
                 -- active (then the next settle folds the raises into it: nothing is deleted here).
                 WITH ins AS (
-                    INSERT INTO pgq.jobs AS j (kind, payload, queue, priority, run_at, dedupe_key, input_watermark,
+                    INSERT INTO pgq.live_jobs AS j (kind, payload, queue, priority, run_at, dedupe_key, input_watermark,
                                                max_attempts, limited, group_key)
                     SELECT t.kind, t.payload, t.queue, t.priority, t.run_at, t.dedupe_key, k.watermark,
                            t.max_attempts,
@@ -98,7 +98,7 @@ BEGIN
                 IF new_id IS NOT NULL AND EXISTS (SELECT 1 FROM pgq.key_watermarks w
                                                   WHERE w.queue = k.queue AND w.dedupe_key = k.dedupe_key
                                                     AND w.done_watermark >= k.watermark) THEN
-                    DELETE FROM pgq.jobs j WHERE j.id = new_id;
+                    DELETE FROM pgq.live_jobs j WHERE j.id = new_id;
                 END IF;
                 IF m = 0 AND NOT EXISTS (SELECT 1 FROM pgq.key_watermarks w
                                          WHERE w.queue = k.queue AND w.dedupe_key = k.dedupe_key

@@ -218,3 +218,8 @@ COMMENT ON FUNCTION pgq.cancel_core(bigint) IS
 -- pgq:function key_finish_keep@previous
 -- pgq:function sequence_tail_prune@previous
 -- pgq:function finished_counts_keep_deleted@previous
+
+-- A job with dependencies locks only its parents that finished (a live one's move would wait).
+-- pgq:function enqueue_after@previous
+-- The raises onto active keys fold into, and new runs go to, pgq.live_jobs (its index of active keys).
+-- pgq:function settle_raises@previous

@@ -400,3 +400,8 @@ REVOKE ALL ON FUNCTION pgq.finished_partitions_drop(interval, text, interval) FR
 -- pgq:function key_finish_keep
 -- pgq:function sequence_tail_prune
 -- pgq:function finished_counts_keep_deleted
+
+-- A job with dependencies locks only its parents that finished (a live one's move would wait).
+-- pgq:function enqueue_after
+-- The raises onto active keys fold into, and new runs go to, pgq.live_jobs (its index of active keys).
+-- pgq:function settle_raises
