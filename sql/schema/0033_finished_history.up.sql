@@ -319,3 +319,49 @@ COMMENT ON TABLE pgq.finished_jobs_before_0033 IS
     'up to the day after the upgrade. Retention empties it; it stays, empty, for a downgrade.';
 COMMENT ON TABLE pgq.finished_jobs_default IS
     'Finished jobs of a day without a partition of its own (none was made ahead in time).';
+
+-- Acknowledgements (group finish43): pgq.complete and pgq.fail finish a job by moving it from
+-- pgq.live_jobs to pgq.finished_jobs explicitly, a delete and an insert in one statement, instead of
+-- an UPDATE of pgq.jobs that PostgreSQL turns into a row movement (a concurrent heartbeat, claim or
+-- cancel of the row would then fail instead of finding it gone). A job that stays live (a dirty
+-- re-run, a retry after its backoff) is updated in pgq.live_jobs. Each statement locks the rows it
+-- was sent FOR UPDATE in id order first and decides there, once per row, what each becomes
+-- (pgq.complete_core and pgq.fail_core are now their _skip_core variants waiting for every row).
+-- pgq.fail_core and pgq.fail_skip_core, until now the bodies that revision 0012 renamed from
+-- pgq.fail and pgq.fail_skip, get their own definitions here. These four return rows of pgq.jobs:
+-- since the old table's rename they named its row type (now pgq.finished_jobs_before_0033's),
+-- which CREATE OR REPLACE cannot change. Dropped and made again, with the grants they had.
+CREATE TEMPORARY TABLE pgq_0033_ack_grants ON COMMIT DROP AS
+SELECT p.oid::regprocedure::text AS fn, x.privilege_type,
+       CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(x.grantee::regrole::text) END AS grantee
+FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) x
+WHERE p.oid IN ('pgq.fail(bigint[], uuid[], text[], double precision[], boolean[], jsonb[], text)'::regprocedure,
+                'pgq.fail_skip(bigint[], uuid[], text[], double precision[], boolean[], jsonb[], boolean)'::regprocedure,
+                'pgq.fail_core(bigint[], uuid[], text[], double precision[], boolean[], jsonb[], text)'::regprocedure,
+                'pgq.fail_skip_core(bigint[], uuid[], text[], double precision[], boolean[], jsonb[], boolean)'::regprocedure)
+  AND x.grantee <> p.proowner;
+DROP FUNCTION pgq.fail(bigint[], uuid[], text[], double precision[], boolean[], jsonb[], text);
+DROP FUNCTION pgq.fail_skip(bigint[], uuid[], text[], double precision[], boolean[], jsonb[], boolean);
+DROP FUNCTION pgq.fail_core(bigint[], uuid[], text[], double precision[], boolean[], jsonb[], text);
+DROP FUNCTION pgq.fail_skip_core(bigint[], uuid[], text[], double precision[], boolean[], jsonb[], boolean);
+-- pgq:function complete_core
+-- pgq:function complete_skip_core
+-- pgq:function fail_core
+-- pgq:function fail_skip_core
+-- pgq:function fail
+-- pgq:function fail_skip
+REVOKE EXECUTE ON FUNCTION
+    pgq.fail_core(bigint[], uuid[], text[], double precision[], boolean[], jsonb[], text),
+    pgq.fail_skip_core(bigint[], uuid[], text[], double precision[], boolean[], jsonb[], boolean),
+    pgq.fail(bigint[], uuid[], text[], double precision[], boolean[], jsonb[], text),
+    pgq.fail_skip(bigint[], uuid[], text[], double precision[], boolean[], jsonb[], boolean)
+    FROM PUBLIC;
+DO $grants$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT * FROM pgq_0033_ack_grants LOOP
+        EXECUTE format('GRANT %s ON FUNCTION %s TO %s', r.privilege_type, r.fn, r.grantee);
+    END LOOP;
+END
+$grants$;
