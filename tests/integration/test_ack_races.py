@@ -226,16 +226,17 @@ def test_a_heartbeat_waiting_for_an_ack_finds_the_job_gone(pgq_dsn: str, db: SQL
 
 
 def test_an_ack_waiting_for_a_raised_watermark_re_queues_the_job(pgq_dsn: str, db: SQL) -> None:
-    # An enqueue raises the running job's watermark and holds its transaction open; the completion
-    # of the run (which processed watermark 1) waits for it, then decides on the row as it is now:
-    # a dirty re-run, queued again in pgq.live_jobs, not a success.
+    # The run processed watermark 1; a newer one is written on the job's row (as pgq.settle folds a
+    # key's raise into it) in a transaction still open. The completion waits for that row, then
+    # decides on the row as it is now: a dirty re-run, queued again in pgq.live_jobs, no success.
     with Queue(pgq_dsn) as q:
-        job_id = q.enqueue("build", dedupe_key="doc:race", watermark=1)
+        job_id = q.enqueue("build")
+        db("UPDATE pgq.live_jobs SET input_watermark = 1 WHERE id = %s", [job_id])
         [claim] = q.claim(worker="w", kinds=["build"])
-        assert claim.id == job_id
+        assert claim.id == job_id and claim.job.input_watermark == 1
         answers: list[JobStatus] = []
         with psycopg.connect(pgq_dsn) as producer:
-            producer.execute("SELECT pgq.enqueue('build', dedupe_key => 'doc:race', watermark => 2)")
+            producer.execute("UPDATE pgq.live_jobs SET input_watermark = 2 WHERE id = %s", [job_id])
             finisher = threading.Thread(target=lambda: answers.append(q.complete(claim, {"built": 1})))
             finisher.start()
             _until_waiting(db, finisher)
@@ -243,6 +244,6 @@ def test_an_ack_waiting_for_a_raised_watermark_re_queues_the_job(pgq_dsn: str, d
         finisher.join(10)
         assert answers == [JobStatus.QUEUED]
     rows = db("SELECT tableoid::regclass::text AS part, status::text AS status, input_watermark, done_watermark, "
-              "attempts FROM pgq.jobs WHERE dedupe_key = 'doc:race'")
+              "attempts, result FROM pgq.jobs WHERE id = %s", [job_id])
     assert rows == [{"part": "pgq.live_jobs", "status": "queued", "input_watermark": 2, "done_watermark": 1,
-                     "attempts": 0}]
+                     "attempts": 0, "result": {"built": 1}}]
