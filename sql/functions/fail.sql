@@ -12,5 +12,6 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION pgq.fail(bigint[], uuid[], text[], double precision[], boolean[], jsonb[], text) IS
-    'Fail attempts under their lease tokens (sql/job_fail.sql): retried later, or failed for good. '
+    'Fail attempts under their lease tokens (sql/job_fail.sql): the jobs still held, as they are now: '
+    'queued again for a later attempt (pgq.live_jobs) or failed for good (moved to pgq.finished_jobs). '
     'Then pgq.after_finish.';

@@ -1,5 +1,3 @@
--- Revision 0012 renamed pgq.fail (as 0011 defined it: sql/schema/0011/functions/fail.sql) to
--- pgq.fail_core; no migration includes this file, the drift test keeps it equal to the database.
 CREATE OR REPLACE FUNCTION pgq.fail_core(p_ids bigint[], p_tokens uuid[], p_errors text[], p_retry_in double precision[],
                          p_finals boolean[], p_progress jsonb[], p_lock_timeout text)
 RETURNS SETOF pgq.jobs
@@ -10,25 +8,9 @@ BEGIN
     IF p_lock_timeout IS NOT NULL THEN
         PERFORM set_config('lock_timeout', p_lock_timeout, true);
     END IF;
-    RETURN QUERY
-    UPDATE pgq.jobs j
-    SET status = CASE WHEN f.final OR j.attempts >= j.max_attempts
-                      THEN 'failed' ELSE 'queued' END::pgq.job_status,
-        run_at = CASE WHEN f.final OR j.attempts >= j.max_attempts THEN j.run_at
-                      ELSE now() + make_interval(secs => coalesce(
-                          f.retry_in,
-                          greatest(1.0, least(2.0 ^ least(j.attempts, 20) * (0.75 + random() * 0.5), 3600.0))))
-                 END,
-        last_error = f.error,
-        progress = coalesce(f.progress, j.progress),
-        lease_token = NULL,
-        lease_expires_at = NULL,
-        finished_at = CASE WHEN f.final OR j.attempts >= j.max_attempts THEN now() END
-    FROM (SELECT u.* FROM unnest(p_ids, p_tokens, p_errors, p_retry_in, p_finals, p_progress)
-             AS u(id, token, error, retry_in, final, progress)
-          ORDER BY u.id) f
-    WHERE j.id = ANY(p_ids) AND j.id = f.id AND j.lease_token = f.token
-    RETURNING j.*;
+    -- pgq.fail_skip_core waiting for every row it was sent (none comes back busy).
+    RETURN QUERY SELECT (f.job).* FROM pgq.fail_skip_core(p_ids, p_tokens, p_errors, p_retry_in, p_finals, p_progress,
+                                                          true) f;
 END;
 $fn$;
 

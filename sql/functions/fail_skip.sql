@@ -12,4 +12,5 @@ END;
 $fn$;
 
 COMMENT ON FUNCTION pgq.fail_skip(bigint[], uuid[], text[], double precision[], boolean[], jsonb[], boolean) IS
-    'pgq.fail for rows another transaction may hold (sql/job_fail_skip.sql). Then pgq.after_finish.';
+    'pgq.fail for rows another transaction may hold (sql/job_fail_skip.sql): held rows are skipped unless '
+    'p_wait and come back unchanged, busy. Then pgq.after_finish.';

@@ -405,3 +405,18 @@ REVOKE ALL ON FUNCTION pgq.finished_partitions_drop(interval, text, interval) FR
 -- pgq:function enqueue_after
 -- The raises onto active keys fold into, and new runs go to, pgq.live_jobs (its index of active keys).
 -- pgq:function settle_raises
+-- Acknowledgements (group finish43): pgq.complete and pgq.fail finish a job by moving it from
+-- pgq.live_jobs to pgq.finished_jobs explicitly, a delete and an insert in one statement, instead of
+-- an UPDATE of pgq.jobs that PostgreSQL turns into a row movement (a concurrent heartbeat, claim or
+-- cancel of the row would then fail instead of finding it gone). A job that stays live (a dirty
+-- re-run, a retry after its backoff) is updated in pgq.live_jobs. Each statement locks the rows it
+-- was sent FOR UPDATE in id order first and decides there, once per row, what each becomes
+-- (pgq.complete_core and pgq.fail_core are now their _skip_core variants waiting for every row).
+-- pgq.fail_core and pgq.fail_skip_core, until now the bodies that revision 0012 renamed from
+-- pgq.fail and pgq.fail_skip, get their own definitions here. 
+-- pgq:function complete_core
+-- pgq:function complete_skip_core
+-- pgq:function fail_core
+-- pgq:function fail_skip_core
+-- pgq:function fail
+-- pgq:function fail_skip
