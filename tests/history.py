@@ -147,28 +147,80 @@ BEGIN
     RETURN NULL;
 END $$;
 
-CREATE TRIGGER history_insert AFTER INSERT ON pgq.jobs
-    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION history_insert();
-CREATE TRIGGER history_update AFTER UPDATE ON pgq.jobs
-    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION history_update();
-CREATE TRIGGER history_delete AFTER DELETE ON pgq.jobs
-    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION history_delete();
 CREATE TRIGGER history_watermark AFTER INSERT OR UPDATE ON pgq.key_watermarks
     FOR EACH ROW EXECUTE FUNCTION history_watermark();
--- From revision 0033 on, pgq.jobs is partitioned and pgq's functions write its partition of live
--- jobs, pgq.live_jobs, by name: a statement trigger fires only for the table a statement names.
-DO $live$
+
+-- From revision 0033 on, pgq.jobs is partitioned: pgq's functions write its partitions by name, and a
+-- job that finishes (or is retried) moves, a delete from one partition and an insert into the other
+-- in one statement (an UPDATE of pgq.jobs that changes the status does the same). So row triggers,
+-- defined on pgq.jobs and so on every partition, record each row once whichever table a statement
+-- names; a delete is recorded as a purge and remembered in history_moving, and an insert of the
+-- same job after it, in the same transaction, turns that purge into the change the move was.
+CREATE TABLE history_moving (job_id bigint PRIMARY KEY, history_id bigint NOT NULL, old jsonb NOT NULL);
+
+CREATE FUNCTION history_row_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    m record;
 BEGIN
-    IF to_regclass('pgq.live_jobs') IS NOT NULL THEN
-        CREATE TRIGGER history_insert AFTER INSERT ON pgq.live_jobs
+    SELECT * INTO m FROM public.history_moving WHERE job_id = NEW.id;
+    IF FOUND THEN
+        DELETE FROM public.history_moving WHERE job_id = NEW.id;
+        DELETE FROM public.history WHERE id = m.history_id;
+        PERFORM public.history_change(m.old, to_jsonb(NEW));
+    ELSE
+        INSERT INTO public.history (event, job_id, queue, kind, dedupe_key, new_status, new_attempts, input_wm,
+                                    sequence_key)
+        VALUES ('enqueue', NEW.id, NEW.queue, NEW.kind, NEW.dedupe_key, NEW.status::text, NEW.attempts,
+                NEW.input_watermark, NEW.sequence_key);
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE FUNCTION history_row_update() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM public.history_change(to_jsonb(OLD), to_jsonb(NEW));
+    RETURN NULL;
+END $$;
+
+CREATE FUNCTION history_row_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    purge_id bigint;
+BEGIN
+    INSERT INTO public.history (event, job_id, queue, kind, old_status)
+    VALUES ('purge', OLD.id, OLD.queue, OLD.kind, OLD.status::text)
+    RETURNING id INTO purge_id;
+    INSERT INTO public.history_moving (job_id, history_id, old) VALUES (OLD.id, purge_id, to_jsonb(OLD))
+    ON CONFLICT (job_id) DO UPDATE SET history_id = excluded.history_id, old = excluded.old;
+    RETURN NULL;
+END $$;
+
+DO $triggers$
+BEGIN
+    IF (SELECT relkind FROM pg_class WHERE oid = 'pgq.jobs'::regclass) = 'p' THEN
+        -- history_change(old, new): history_update's statement over one row of each, as jsonb.
+        EXECUTE replace(replace(replace(replace(replace(
+                    pg_get_functiondef('history_update()'::regprocedure),
+                    'history_update()', 'history_change(o_json jsonb, n_json jsonb)'),
+                    'RETURNS trigger', 'RETURNS void'),
+                    'RETURN NULL;', 'RETURN;'),
+                    'FROM old_rows o', 'FROM jsonb_populate_record(NULL::pgq.jobs, o_json) o'),
+                    'JOIN new_rows n', 'JOIN jsonb_populate_record(NULL::pgq.jobs, n_json) n');
+        CREATE TRIGGER history_insert AFTER INSERT ON pgq.jobs
+            FOR EACH ROW EXECUTE FUNCTION history_row_insert();
+        CREATE TRIGGER history_update AFTER UPDATE ON pgq.jobs
+            FOR EACH ROW EXECUTE FUNCTION history_row_update();
+        CREATE TRIGGER history_delete AFTER DELETE ON pgq.jobs
+            FOR EACH ROW EXECUTE FUNCTION history_row_delete();
+    ELSE
+        CREATE TRIGGER history_insert AFTER INSERT ON pgq.jobs
             REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION history_insert();
-        CREATE TRIGGER history_update AFTER UPDATE ON pgq.live_jobs
+        CREATE TRIGGER history_update AFTER UPDATE ON pgq.jobs
             REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT
             EXECUTE FUNCTION history_update();
-        CREATE TRIGGER history_delete AFTER DELETE ON pgq.live_jobs
+        CREATE TRIGGER history_delete AFTER DELETE ON pgq.jobs
             REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION history_delete();
     END IF;
-END $live$;
+END $triggers$;
 """
 
 

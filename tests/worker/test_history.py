@@ -166,7 +166,8 @@ def test_the_checker_finds_planted_violations(faults: Faults) -> None:
         assert {c.id for c in claims} == {a, b}
         queue.set_concurrency_limit("limited", 1)
     db.rows("ALTER TABLE pgq.jobs DISABLE TRIGGER USER")  # pgq's own triggers too: plain row edits
-    db.rows("ALTER TABLE pgq.jobs ENABLE TRIGGER history_update")
+    for trigger in ("history_insert", "history_update", "history_delete"):  # a finish moves the row (0033)
+        db.rows(f"ALTER TABLE pgq.jobs ENABLE TRIGGER {trigger}")
     # a stale completion: succeeded with a result naming another token
     db.rows("UPDATE pgq.jobs SET status = 'succeeded', finished_at = now(), lease_token = NULL, "
             "lease_expires_at = NULL, result = jsonb_build_object('token', gen_random_uuid()) WHERE id = %s", (a,))
