@@ -194,8 +194,38 @@ GRANT EXECUTE ON FUNCTION pgq.lead(text) TO {worker};
 -- tables, one pass at a time) for the worker, whose maintenance loop runs it.
 GRANT EXECUTE ON FUNCTION pgq.count_finished(interval, interval) TO {worker};
 
--- 6. Revision 0033. The day partitions of the finished jobs made ahead (pgq.finished_partitions_ensure:
--- it only creates the partitions of the coming days, at most a year ahead) for the worker, whose
--- maintenance loop runs it so that acknowledgements never land in the default partition. Dropping
--- days (pgq.finished_partitions_drop) deletes jobs: it stays with the admin, as the purge does.
-GRANT EXECUTE ON FUNCTION pgq.finished_partitions_ensure(integer) TO {worker};
+-- 6. Revision 0033: pgq.jobs is partitioned (pgq.live_jobs; pgq.finished_jobs and its days). A read
+-- or write through pgq.jobs checks the grants and row security policies of pgq.jobs alone, but a
+-- grant on a partition lets its holder read or write that partition directly, past the column grant
+-- of pgq.jobs (lease tokens) and its policies (a scoped set's queues): partitions have privileges and
+-- row security of their own. So no partition keeps a grant of these roles (the SELECT on all tables
+-- above included them). They are found in the catalog, so the days made since are included; the days
+-- pgq.finished_partitions_ensure makes later are new tables of its owner, granted to nobody.
+DO $partitions$
+DECLARE
+    part pg_catalog.regclass;
+BEGIN
+    FOR part IN SELECT c.oid FROM pg_catalog.pg_class c
+                WHERE c.relnamespace = 'pgq'::pg_catalog.regnamespace AND c.relispartition
+                  AND c.relkind IN ('r', 'p', 'f')
+                ORDER BY c.oid LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON TABLE %s FROM %I, %I', part, {producer_name}, {worker_name});
+    END LOOP;
+END
+$partitions$;
+-- A job's id is the nextval of pgq.jobs_id_seq, no longer an identity column (which needed no right on
+-- its sequence): the plain INSERT of a job needs USAGE on it, which allows nextval and currval only
+-- (not setval: that needs UPDATE).
+GRANT USAGE ON SEQUENCE pgq.jobs_id_seq TO {producer};
+-- 7. Revision 0033. The day partitions of the finished jobs made ahead (pgq.finished_partitions_ensure:
+-- a SECURITY DEFINER function that only creates and attaches empty partitions, from today up to a year
+-- ahead, granted to nobody) for the worker, whose maintenance loop runs it so that acknowledgements
+-- never land in the default partition. Dropping days (pgq.finished_partitions_drop) deletes jobs: it
+-- stays with the admin, as the purge does. (Guarded: the script also runs on older revisions.)
+DO $days$
+BEGIN
+    IF pg_catalog.to_regprocedure('pgq.finished_partitions_ensure(integer)') IS NOT NULL THEN
+        GRANT EXECUTE ON FUNCTION pgq.finished_partitions_ensure(integer) TO {worker};
+    END IF;
+END
+$days$;

@@ -38,6 +38,15 @@ WHERE p.oid IN (SELECT d.objid FROM pg_catalog.pg_depend d
                                      SELECT t.typarray FROM pg_catalog.pg_type t
                                      WHERE t.typrelid = 'pgq.jobs'::regclass));
 
+-- Roles (roles43): the row security policies of pgq.jobs (jobs_every_row and the scoped role sets'),
+-- which the table it becomes again gets back, with its row security, at the end.
+CREATE TEMPORARY TABLE pgq_0033_policies ON COMMIT DROP AS
+SELECT p.policyname, p.permissive, p.cmd, p.qual, p.with_check,
+       (SELECT pg_catalog.string_agg(CASE WHEN g = 'public' THEN 'PUBLIC' ELSE pg_catalog.quote_ident(g) END, ', ')
+        FROM pg_catalog.unnest(p.roles) g) AS roles
+FROM pg_catalog.pg_policies p
+WHERE p.schemaname = 'pgq' AND p.tablename = 'jobs';
+
 ALTER TABLE pgq.finished_jobs DETACH PARTITION pgq.finished_jobs_before_0033;
 ALTER TABLE pgq.finished_jobs_before_0033 DROP CONSTRAINT finished_jobs_before_0033_bound;
 INSERT INTO pgq.finished_jobs_before_0033 SELECT * FROM pgq.jobs;
@@ -339,3 +348,18 @@ COMMENT ON FUNCTION pgq.fail_skip_core(bigint[], uuid[], text[], double precisio
 
 -- pgq:function fail@previous
 -- pgq:function fail_skip@previous
+
+-- Roles (roles43): pgq.jobs' row security and policies, as they were on the partitioned table.
+ALTER TABLE pgq.jobs ENABLE ROW LEVEL SECURITY;
+DO $roles43$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT * FROM pgq_0033_policies ORDER BY policyname LOOP
+        EXECUTE pg_catalog.format('DROP POLICY IF EXISTS %I ON pgq.jobs', r.policyname);
+        EXECUTE pg_catalog.format('CREATE POLICY %I ON pgq.jobs AS %s FOR %s TO %s', r.policyname, r.permissive,
+                                  r.cmd, r.roles)
+                || coalesce(' USING (' || r.qual || ')', '') || coalesce(' WITH CHECK (' || r.with_check || ')', '');
+    END LOOP;
+END
+$roles43$;

@@ -420,3 +420,47 @@ REVOKE ALL ON FUNCTION pgq.finished_partitions_drop(interval, text, interval) FR
 -- pgq:function fail_skip_core
 -- pgq:function fail
 -- pgq:function fail_skip
+
+-- Roles (roles43). A partition has grants and row security of its own, and a grant on one lets its
+-- holder read or write it directly, past the column grants and policies of pgq.jobs: the partitions
+-- are read and written through pgq.jobs alone. The old table, now a partition, gives its row security
+-- policies (the scoped role sets' restrictive ones, revision 0021: without them a scoped producer
+-- would read every queue through pgq.jobs until its set is applied again) to pgq.jobs, which got its
+-- grants above, and keeps none of either. The roles that could insert a job get USAGE on
+-- pgq.jobs_id_seq: the identity they inserted with needed no right on its sequence, nextval does.
+-- `pgq migrate` then re-runs the roles scripts, which do the same from the catalog.
+DO $roles43$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT p.policyname, p.permissive, p.cmd, p.qual, p.with_check,
+                    (SELECT pg_catalog.string_agg(CASE WHEN g = 'public' THEN 'PUBLIC' ELSE pg_catalog.quote_ident(g) END,
+                                                  ', ')
+                     FROM pg_catalog.unnest(p.roles) g) AS roles
+             FROM pg_catalog.pg_policies p
+             WHERE p.schemaname = 'pgq' AND p.tablename = 'finished_jobs_before_0033'
+             ORDER BY p.policyname LOOP
+        IF r.policyname <> 'jobs_every_row' THEN  -- pgq.jobs has its own (above)
+            EXECUTE pg_catalog.format('CREATE POLICY %I ON pgq.jobs AS %s FOR %s TO %s', r.policyname, r.permissive,
+                                      r.cmd, r.roles)
+                    || coalesce(' USING (' || r.qual || ')', '') || coalesce(' WITH CHECK (' || r.with_check || ')', '');
+        END IF;
+        EXECUTE pg_catalog.format('DROP POLICY %I ON pgq.finished_jobs_before_0033', r.policyname);
+    END LOOP;
+    ALTER TABLE pgq.finished_jobs_before_0033 DISABLE ROW LEVEL SECURITY;
+    FOR r IN SELECT DISTINCT x.grantee
+             FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) x
+             WHERE c.oid = 'pgq.finished_jobs_before_0033'::regclass AND x.grantee <> c.relowner
+             UNION
+             SELECT x.grantee
+             FROM pg_catalog.pg_class c, pg_catalog.pg_attribute a, pg_catalog.aclexplode(a.attacl) x
+             WHERE c.oid = 'pgq.finished_jobs_before_0033'::regclass AND a.attrelid = c.oid AND a.attnum > 0
+               AND x.grantee <> c.relowner LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON TABLE pgq.finished_jobs_before_0033 FROM %s',
+                                  CASE WHEN r.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(r.grantee::regrole::text) END);
+    END LOOP;
+    FOR r IN SELECT DISTINCT extra FROM pgq_0033_carry WHERE what IN ('grant', 'column grant') AND body = 'INSERT' LOOP
+        EXECUTE pg_catalog.format('GRANT USAGE ON SEQUENCE pgq.jobs_id_seq TO %s', r.extra);
+    END LOOP;
+END
+$roles43$;

@@ -85,12 +85,13 @@ def test_producers_may_not_set_limits(roles: Roles) -> None:
 
 def test_no_pgq_role_but_the_admin_writes_a_table_beyond_inserting_jobs(roles: Roles) -> None:
     """The grants themselves: INSERT, UPDATE, DELETE or TRUNCATE on any table of schema pgq, for the
-    producer and the worker role, is only INSERT on pgq.jobs (its input columns)."""
+    producer and the worker role, is only INSERT on pgq.jobs (its input columns): none on its partitions
+    (revision 0033), which are tables of their own."""
     found = rows(roles.dsn, """
         SELECT r.rolname AS role, c.relname AS rel, p.priv
         FROM pg_roles r, pg_class c,
              unnest(ARRAY['INSERT', 'UPDATE', 'DELETE', 'TRUNCATE']) AS p(priv)
-        WHERE r.rolname IN (%s, %s) AND c.relnamespace = 'pgq'::regnamespace AND c.relkind = 'r'
+        WHERE r.rolname IN (%s, %s) AND c.relnamespace = 'pgq'::regnamespace AND c.relkind IN ('r', 'p')
           AND (has_table_privilege(r.oid, c.oid, p.priv)
                OR (p.priv IN ('INSERT', 'UPDATE') AND has_any_column_privilege(r.oid, c.oid, p.priv)))
         ORDER BY 1, 2, 3""", [roles.names.producer, roles.names.worker])

@@ -212,7 +212,8 @@ def test_producer_cannot_claim_change_or_delete_jobs(roles: Roles) -> None:
         "INSERT INTO pgq.jobs (kind, dedupe_key) VALUES ('direct', 'k')",
         "TRUNCATE pgq.jobs",
         "SELECT id FROM pgq.jobs FOR UPDATE SKIP LOCKED",
-        "SELECT nextval('pgq.jobs_id_seq')",
+        # USAGE on the ids' sequence (revision 0033: the plain INSERT's nextval), not UPDATE.
+        "SELECT setval('pgq.jobs_id_seq', 1)",
         "INSERT INTO pgq.key_watermarks VALUES ('q', 'k', 1, 1)",
         "INSERT INTO pgq.concurrency_limits (kind, max_running) VALUES ('k', 1)",
         "DROP TABLE pgq.jobs",
@@ -314,7 +315,8 @@ def test_worker_cannot_cancel_retry_purge_delete_or_change_the_schema(roles: Rol
         f"DROP FUNCTION {ENQUEUE_MANY}",
         "CREATE TABLE pgq.mine (a integer)",
         "CREATE FUNCTION pgq.mine() RETURNS int LANGUAGE sql AS 'SELECT 1'",
-        "SELECT nextval('pgq.jobs_id_seq')",
+        # USAGE on the ids' sequence (revision 0033: the plain INSERT's nextval), not UPDATE.
+        "SELECT setval('pgq.jobs_id_seq', 1)",
     ):
         assert_refused(roles.worker, statement)
     assert table_state(roles) == before
