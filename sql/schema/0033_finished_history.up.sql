@@ -8,7 +8,7 @@
 --   │                                and acknowledgements touch, with the hot path's indexes
 --   └── pgq.finished_jobs            succeeded, failed, cancelled: RANGE (finished_at)
 --       ├── finished_jobs_before_0033  every job that finished before this revision (today's table
---       │                              itself, attached, not copied), and those finishing until midnight
+--       │                              itself, attached, not copied)
 --       ├── finished_jobs_YYYYMMDD     one per UTC day, made a week ahead
 --       └── finished_jobs_default      a day nobody made a partition for
 --
@@ -19,7 +19,7 @@
 --
 -- The migration holds pgq.jobs exclusively while it moves the jobs that can still run (only those:
 -- the finished ones stay where they are) and proves with one scan that the rest finished before
--- tomorrow (docs/operations.md has the times measured).
+-- the upgrade (docs/upgrading.md has the times measured).
 
 LOCK TABLE pgq.jobs IN ACCESS EXCLUSIVE MODE;
 
@@ -188,17 +188,29 @@ INSERT INTO pgq.live_jobs
 SELECT * FROM pgq.finished_jobs_before_0033 WHERE status NOT IN ('succeeded', 'failed', 'cancelled');
 DELETE FROM pgq.finished_jobs_before_0033 WHERE status NOT IN ('succeeded', 'failed', 'cancelled');
 
--- The old table becomes the history's first partition: every job that finished before tomorrow
--- (UTC). The CHECK proves it, so the ATTACH scans nothing; its indexes serve the history's.
+-- The old table becomes the history's first partition: every job that finished before now (or
+-- later, should a row say so). The CHECK proves it, so the ATTACH scans nothing more; its indexes
+-- serve the history's. The rest of today gets a partition of its own, as every later day.
 DO $attach$
 DECLARE
-    cutover text := ((statement_timestamp() AT TIME ZONE 'UTC')::date + 1)::text || ' 00:00:00+00';
+    cutover timestamptz := greatest(statement_timestamp(),
+                                    (SELECT max(j.finished_at) + interval '1 microsecond'
+                                     FROM pgq.finished_jobs_before_0033 j
+                                     WHERE j.status IN ('succeeded', 'failed', 'cancelled')));
+    today date := (cutover AT TIME ZONE 'UTC')::date;
+    part text := 'finished_jobs_' || to_char(today, 'YYYYMMDD');
 BEGIN
     EXECUTE format('ALTER TABLE pgq.finished_jobs_before_0033 ADD CONSTRAINT finished_jobs_before_0033_bound'
                    ' CHECK (status IN (''succeeded'', ''failed'', ''cancelled'')'
                    ' AND finished_at IS NOT NULL AND finished_at < %L)', cutover);
     EXECUTE format('ALTER TABLE pgq.finished_jobs ATTACH PARTITION pgq.finished_jobs_before_0033'
                    ' FOR VALUES FROM (MINVALUE) TO (%L)', cutover);
+    EXECUTE format('CREATE TABLE pgq.%I (LIKE pgq.finished_jobs INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', part);
+    EXECUTE format('CREATE INDEX %I ON pgq.%I (id)', part || '_job_id_idx', part);
+    EXECUTE format('ALTER TABLE pgq.finished_jobs ATTACH PARTITION pgq.%I FOR VALUES FROM (%L) TO (%L)',
+                   part, cutover, (today + 1)::text || ' 00:00:00+00');
+    EXECUTE format('COMMENT ON TABLE pgq.%I IS %L', part,
+                   'The jobs of pgq.finished_jobs that finished on ' || today::text || ' (UTC).');
 END
 $attach$;
 
