@@ -70,13 +70,13 @@ BEGIN
             run_at = now(),
             finished_at = NULL
         FROM held h
-        WHERE j.id = ANY(p_ids) AND j.id = h.id AND j.lease_token = h.token AND h.rerun
+        WHERE j.id = h.id AND j.lease_token = h.token AND h.rerun
         RETURNING j.id, j.status, j.queue, j.dedupe_key, j.done_watermark
     ),
     gone AS (
         DELETE FROM pgq.live_jobs j
         USING held h
-        WHERE j.id = ANY(p_ids) AND j.id = h.id AND j.lease_token = h.token AND NOT h.rerun
+        WHERE j.id = h.id AND j.lease_token = h.token AND NOT h.rerun
         RETURNING j.*, h.result AS new_result, h.watermark AS new_watermark, h.progress AS new_progress,
                   h.raised AS raised
     ),

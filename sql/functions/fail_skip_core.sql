@@ -59,13 +59,13 @@ BEGIN
             lease_expires_at = NULL,
             finished_at = NULL
         FROM held h
-        WHERE j.id = ANY(p_ids) AND j.id = h.id AND j.lease_token = h.token AND NOT h.final
+        WHERE j.id = h.id AND j.lease_token = h.token AND NOT h.final
         RETURNING j.*
     ),
     gone AS (
         DELETE FROM pgq.live_jobs j
         USING held h
-        WHERE j.id = ANY(p_ids) AND j.id = h.id AND j.lease_token = h.token AND h.final
+        WHERE j.id = h.id AND j.lease_token = h.token AND h.final
         RETURNING j.*, h.error AS new_error, h.progress AS new_progress
     ),
     moved AS (
