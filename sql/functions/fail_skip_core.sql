@@ -3,6 +3,9 @@ CREATE OR REPLACE FUNCTION pgq.fail_skip_core(p_ids bigint[], p_tokens uuid[], p
 RETURNS TABLE (job pgq.jobs, busy boolean)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+-- One plan for every batch (revision 0033): the statement below, of many parts over a partitioned
+-- table, took PostgreSQL about 5 million instructions to plan, which it did again for each call.
+SET plan_cache_mode = force_generic_plan
 AS $fn$
 #variable_conflict use_column
 BEGIN
