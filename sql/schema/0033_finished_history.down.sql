@@ -48,7 +48,6 @@ FROM pg_catalog.pg_policies p
 WHERE p.schemaname = 'pgq' AND p.tablename = 'jobs';
 
 ALTER TABLE pgq.finished_jobs DETACH PARTITION pgq.finished_jobs_before_0033;
-ALTER TABLE pgq.finished_jobs_before_0033 DROP CONSTRAINT finished_jobs_before_0033_bound;
 INSERT INTO pgq.finished_jobs_before_0033 SELECT * FROM pgq.jobs;
 
 ALTER TABLE pgq.jobs RENAME TO jobs_0033_partitioned;

@@ -205,6 +205,8 @@ BEGIN
                    ' AND finished_at IS NOT NULL AND finished_at < %L)', cutover);
     EXECUTE format('ALTER TABLE pgq.finished_jobs ATTACH PARTITION pgq.finished_jobs_before_0033'
                    ' FOR VALUES FROM (MINVALUE) TO (%L)', cutover);
+    -- The partition's bound says the same from now on.
+    ALTER TABLE pgq.finished_jobs_before_0033 DROP CONSTRAINT finished_jobs_before_0033_bound;
     EXECUTE format('CREATE TABLE pgq.%I (LIKE pgq.finished_jobs INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', part);
     EXECUTE format('CREATE INDEX %I ON pgq.%I (id)', part || '_job_id_idx', part);
     EXECUTE format('ALTER TABLE pgq.finished_jobs ATTACH PARTITION pgq.%I FOR VALUES FROM (%L) TO (%L)',
