@@ -30,8 +30,8 @@ def _claim_counting(dsn: str, queue: str, kinds: list[str] | None = None,
         claims = _ops.run_sync(conn, _ops.claim(worker="t", queues=[queue], kinds=kinds, limit=limit, lease=60),
                                own_transaction=True)
         row = conn.execute("SELECT sum(pg_stat_get_xact_blocks_fetched(i.indexrelid)) FROM pg_index i "
-                           "WHERE i.indrelid = 'pgq.jobs'::regclass "
-                           "  AND i.indexrelid::regclass::text LIKE 'pgq.jobs\\_claim%'").fetchone()
+                           "WHERE i.indrelid = 'pgq.live_jobs'::regclass "  # revision 0033
+                           "  AND i.indexrelid::regclass::text LIKE 'pgq.live\\_jobs\\_claim%'").fetchone()
         conn.commit()
     assert row is not None
     return claims, int(row[0])

@@ -137,9 +137,9 @@ def test_unique_for_is_at_most_31_days(pgq_queue: Queue, db: SQL) -> None:
 
 def test_a_replace_behind_a_job_that_finishes_meanwhile_replaces_the_key_s_new_job(
         pgq_queue: Queue, db: SQL, pgq_dsn: str) -> None:
-    # The running job finishes, and a plain enqueue adds the key's next job, while the replace is
-    # between its look at the key (running) and pgq.enqueue_after (held on the running job's row).
-    # Its job would come out queued beside that one: it retries and replaces it instead.
+    # The running job finishes, and a plain enqueue adds the key's next job, after the replace put its
+    # job behind the running one: when released, the replacement must not come out queued beside the
+    # plain job, but chained behind it.
     a = pgq_queue.enqueue("k", {"v": 0}, dedupe_key="x", on_conflict="replace")
     pgq_queue.claim(worker="w")
     result: list[int] = []
@@ -155,22 +155,24 @@ def test_a_replace_behind_a_job_that_finishes_meanwhile_replaces_the_key_s_new_j
         other.execute("SELECT 1 FROM pgq.jobs WHERE id = %s FOR UPDATE", [a])
         thread = threading.Thread(target=producer)
         thread.start()
-        for _ in range(500):
-            waiting = db("SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                         "AND query LIKE '%%enqueue_unique%%' AND pid <> pg_backend_pid()")
-            if waiting[0]["n"]:
-                break
-            time.sleep(0.01)
-        else:
-            pytest.fail("the producer never waited on the running job")
-        other.execute("UPDATE pgq.jobs SET status = 'succeeded', finished_at = now(), lease_token = NULL "
-                      "WHERE id = %s", [a])
+        # Since revision 0033 pgq.enqueue_after locks no parent that can still run (a finishing job's
+        # move would wait for that lock): the replace does not wait on the held row, its job waits
+        # behind the running one.
+        thread.join(10)
+        assert errors == [] and len(result) == 1
+        other.execute("UPDATE pgq.jobs SET status = 'succeeded', finished_at = now(), lease_token = NULL, "
+                      "lease_expires_at = NULL WHERE id = %s", [a])
         (plain,) = other.execute("SELECT pgq.enqueue('k', '{\"v\": 1}', dedupe_key => 'x')").fetchone()  # type: ignore[misc]
     thread.join(10)
-    assert errors == [] and result == [plain]
+    db("SELECT pgq.settle(100)")  # what the finish by hand did not release
     rows = db("SELECT id, status::text, payload FROM pgq.jobs WHERE dedupe_key = 'x' ORDER BY id")
+    # One active job of the key at any time: the plain enqueue's, and the replacement (the newest
+    # input) chained behind it, so that it runs last.
+    [replacement] = result
     assert [(r["id"], r["status"], r["payload"]) for r in rows] == [
-        (a, "succeeded", {"v": 0}), (plain, "queued", {"v": 2})]
+        (a, "succeeded", {"v": 0}), (replacement, "waiting", {"v": 2}), (plain, "queued", {"v": 1})]
+    assert db("SELECT parent_id FROM pgq.job_dependencies WHERE job_id = %s AND parent_outcome IS NULL",
+              (replacement,)) == [{"parent_id": plain}]
 
 
 def test_the_job_behind_a_cancelled_running_job_still_runs(pgq_queue: Queue) -> None:

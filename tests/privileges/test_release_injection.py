@@ -21,9 +21,14 @@ def test_a_worker_planting_parent_ids_releases_nothing_early(roles: Roles) -> No
         q.enqueue("k", queue="q")  # the hostile worker's own claim
     with psycopg.connect(roles.worker) as conn, conn.transaction():
         conn.execute("SELECT set_config('pgq.finished_parents', %s, true)", (f"{parent},{child},{needy},",))
-        claimed = conn.execute("SELECT id FROM pgq.claim(ARRAY['q'], NULL, 1, 30, 'hostile')").fetchall()
+        claimed = conn.execute("SELECT id, lease_token FROM pgq.claim(ARRAY['q'], NULL, 1, 30, 'hostile')").fetchall()
         assert len(claimed) == 1
-        # The claim's statement trigger read the planted ids (and emptied the setting) ...
+        # Its own job finished in the same transaction: the history's statement trigger reads the
+        # planted ids (revision 0033: the finish's insert into pgq.finished_jobs fires it) ...
+        [(job_id, token)] = claimed
+        done = conn.execute("SELECT id FROM pgq.complete(ARRAY[%s]::bigint[], ARRAY[%s]::uuid[], "
+                            "ARRAY[NULL]::jsonb[], ARRAY[NULL]::bigint[], NULL, NULL)", (job_id, token)).fetchall()
+        assert done == [(job_id,)]
         assert conn.execute("SELECT current_setting('pgq.finished_parents')").fetchone() == ("",)
     with psycopg.connect(roles.dsn, autocommit=True) as conn:
         states = dict(conn.execute("SELECT id, status::text FROM pgq.jobs WHERE id = ANY(%s)",
