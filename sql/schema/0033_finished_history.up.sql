@@ -237,16 +237,16 @@ CREATE TRIGGER jobs_json_bounded_insert
                                              AND pg_catalog.pg_column_size(NEW.progress) < 512))
                AND NEW.trace_context IS NULL))
     EXECUTE FUNCTION pgq.jobs_refuse_unbounded_json();
+-- A finished job arrives with its result and last progress new; its payload and trace context are
+-- those it had while live (checked then, or older than revision 0019: a row out of bounds must still
+-- be able to finish, as an UPDATE of the status never checked them).
 CREATE TRIGGER jobs_json_bounded_insert
     BEFORE INSERT ON pgq.finished_jobs
     FOR EACH ROW
-    WHEN (NOT ((NEW.payload IS NULL OR (pg_catalog.pg_column_compression(NEW.payload) IS NULL
-                                        AND pg_catalog.pg_column_size(NEW.payload) < 512))
-               AND (NEW.result IS NULL OR (pg_catalog.pg_column_compression(NEW.result) IS NULL
-                                           AND pg_catalog.pg_column_size(NEW.result) < 512))
+    WHEN (NOT ((NEW.result IS NULL OR (pg_catalog.pg_column_compression(NEW.result) IS NULL
+                                       AND pg_catalog.pg_column_size(NEW.result) < 512))
                AND (NEW.progress IS NULL OR (pg_catalog.pg_column_compression(NEW.progress) IS NULL
-                                             AND pg_catalog.pg_column_size(NEW.progress) < 512))
-               AND NEW.trace_context IS NULL))
+                                             AND pg_catalog.pg_column_size(NEW.progress) < 512))))
     EXECUTE FUNCTION pgq.jobs_refuse_unbounded_json();
 CREATE TRIGGER jobs_json_bounded_update
     AFTER UPDATE OF payload, result, progress, trace_context ON pgq.jobs
