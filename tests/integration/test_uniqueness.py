@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import threading
-import time
 
 import psycopg
 import pytest

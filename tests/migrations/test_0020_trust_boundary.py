@@ -23,9 +23,9 @@ def query(dsn: str, statement: str, *params: Any) -> list[tuple[Any, ...]]:
 OBJECTS = ("SELECT to_regprocedure('pgq.leases_lost(bigint[], uuid[])') IS NOT NULL,"
            "       to_regprocedure('pgq.concurrency_limit_set(text, integer)') IS NOT NULL,"
            "       to_regprocedure('pgq.sequence_tail_prune()') IS NOT NULL,"
-           "       (SELECT count(DISTINCT conname) FROM pg_constraint WHERE conname IN ('jobs_run_at_bounded', 'jobs_lease_bounded',"
-           "                                                          'workers_lease_s_bounded',"
-           "                                                          'workers_refresh_s_bounded'))")
+           "       (SELECT count(DISTINCT conname) FROM pg_constraint"  # one per partition since 0033
+           "        WHERE conname IN ('jobs_run_at_bounded', 'jobs_lease_bounded', 'workers_lease_s_bounded',"
+           "                          'workers_refresh_s_bounded'))")
 
 
 def _hostile_rows(dsn: str) -> dict[str, int]:

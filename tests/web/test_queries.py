@@ -4,8 +4,8 @@ database clock, its cap, the job search's windows and time budget, and the sched
 from __future__ import annotations
 
 import asyncio
-import re
 import datetime as dt
+import re
 from typing import Any, TypeVar
 
 import pgq
