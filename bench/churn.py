@@ -89,17 +89,28 @@ def probe(conn: psycopg.Connection[Any], queue: str = QUEUE, claims: int = PROBE
     return latencies
 
 
+# The table the hot path writes: pgq.live_jobs since revision 0033, pgq.jobs before.
+HOT = "coalesce(to_regclass('pgq.live_jobs'), 'pgq.jobs'::regclass)"
+
+
+def hot_name(conn: psycopg.Connection[Any]) -> str:
+    """pgq.live_jobs where the schema has it (revision 0033), else pgq.jobs."""
+    row = conn.execute(f"SELECT {HOT}::text AS t").fetchone()
+    assert row is not None
+    return str(row["t"] if isinstance(row, dict) else row[0])
+
+
 def sizes(conn: psycopg.Connection[Any]) -> dict[str, Any]:
     """Table and index sizes (bytes), row counts per status, dead versions and vacuum counters."""
-    table = conn.execute("SELECT pg_table_size('pgq.jobs') AS b").fetchone()
+    table = conn.execute(f"SELECT pg_table_size({HOT}) AS b").fetchone()
     indexes = conn.execute(
         "SELECT c.relname AS name, pg_relation_size(c.oid) AS b FROM pg_index i "
-        "JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'pgq.jobs'::regclass ORDER BY 1"
+        "JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = " + HOT + " ORDER BY 1"
     ).fetchall()
     statuses = conn.execute("SELECT status::text AS s, count(*) AS n FROM pgq.jobs GROUP BY 1").fetchall()
     stats = conn.execute(
         "SELECT n_live_tup, n_dead_tup, autovacuum_count + vacuum_count AS vacuums FROM pg_stat_user_tables "
-        "WHERE relid = 'pgq.jobs'::regclass"
+        "WHERE relid = " + HOT
     ).fetchone()
     assert table is not None and stats is not None
     return {"table": table["b"], "indexes": {r["name"]: r["b"] for r in indexes},
@@ -139,7 +150,7 @@ class StandInAutovacuum(threading.Thread):
     def _once(self, conn: psycopg.Connection[Any], setting: dict[str, float]) -> None:
         row = conn.execute(
             "SELECT greatest(c.reltuples, 0) AS reltuples, s.n_dead_tup, s.n_ins_since_vacuum, s.n_mod_since_analyze "
-            "FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid WHERE c.oid = 'pgq.jobs'::regclass"
+            "FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid WHERE c.oid = " + HOT
         ).fetchone()
         assert row is not None
         tuples = float(row["reltuples"])
@@ -169,7 +180,7 @@ def effective_settings(conn: psycopg.Connection[Any]) -> dict[str, float]:
     rows = conn.execute("SELECT name, setting FROM pg_settings WHERE name = ANY(%s)",
                         [[*AUTOVACUUM_SETTINGS, "vacuum_cost_limit"]]).fetchall()
     setting = {r["name"]: float(r["setting"]) for r in rows}
-    options = conn.execute("SELECT reloptions FROM pg_class WHERE oid = 'pgq.jobs'::regclass").fetchone()
+    options = conn.execute("SELECT reloptions FROM pg_class WHERE oid = " + HOT).fetchone()
     for option in (options or {}).get("reloptions") or []:
         name, _, value = option.partition("=")
         if name in AUTOVACUUM_SETTINGS:
@@ -194,8 +205,9 @@ def report(conn: psycopg.Connection[Any], phase: str, done: int, elapsed: float,
     one = probe(conn)
     s = sizes(conn)
     finished = sum(n for status, n in s["status"].items() if status in ("succeeded", "failed", "cancelled"))
+    claim_idx = s["indexes"].get("live_jobs_claim_idx", s["indexes"].get("jobs_claim_idx", 0))
     print(f"{phase:>6} {done:>9,} {elapsed:>6.0f} {s['status'].get('queued', 0):>7,} {finished:>9,} "
-          f"{mb(s['table']):>8} {mb(sum(s['indexes'].values())):>8} {mb(s['indexes']['jobs_claim_idx']):>9} "
+          f"{mb(s['table']):>8} {mb(sum(s['indexes'].values())):>8} {mb(claim_idx):>9} "
           f"{s['n_dead_tup']:>8,} {s['vacuums']:>7} "
           f"{pct(interval.batch, 0.5):>10.2f} / {pct(interval.batch, 0.99):>7.2f} "
           f"{pct(one, 0.5):>7.2f} / {pct(one, 0.99):>7.2f}", flush=True)
@@ -216,9 +228,9 @@ def run(dsn: str, args: argparse.Namespace) -> None:
                 "autovacuum_analyze_threshold, autovacuum_vacuum_cost_limit, autovacuum_vacuum_cost_delay)"
             )
         if args.fillfactor is not None:
-            conn.execute(f"ALTER TABLE pgq.jobs SET (fillfactor = {args.fillfactor:d})".encode())
-        options = conn.execute("SELECT reloptions FROM pg_class WHERE oid = 'pgq.jobs'::regclass").fetchone()
-        print(f"pgq.jobs storage parameters: {options['reloptions'] if options else None}")
+            conn.execute(f"ALTER TABLE {hot_name(conn)} SET (fillfactor = {args.fillfactor:d})".encode())
+        options = conn.execute("SELECT reloptions FROM pg_class WHERE oid = " + HOT).fetchone()
+        print(f"{hot_name(conn)} storage parameters: {options['reloptions'] if options else None}")
         autovacuum = conn.execute(
             "SELECT current_setting('autovacuum') = 'on' AS on, "
             "(SELECT setting::float FROM pg_settings WHERE name = 'autovacuum_naptime') AS naptime"

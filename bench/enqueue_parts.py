@@ -23,16 +23,18 @@ from private_cluster import ROOT, CallgrindCluster, throwaway
 
 VARIANTS: dict[str, list[str]] = {
     "as migrated": [],
-    "without jobs_claim_kind_idx": ["DROP INDEX pgq.jobs_claim_kind_idx"],
-    "without jobs_claim_idx": ["DROP INDEX pgq.jobs_claim_idx"],
-    "without both claim indexes": ["DROP INDEX pgq.jobs_claim_idx", "DROP INDEX pgq.jobs_claim_kind_idx"],
+    "without jobs_claim_kind_idx": ["DROP INDEX pgq.live_jobs_claim_kind_idx"],
+    "without jobs_claim_idx": ["DROP INDEX pgq.live_jobs_claim_idx"],
+    "without both claim indexes": ["DROP INDEX pgq.live_jobs_claim_idx",
+                                   "DROP INDEX pgq.live_jobs_claim_kind_idx"],
     "kind index in the C collation": [
-        "DROP INDEX pgq.jobs_claim_kind_idx",
-        'CREATE INDEX jobs_claim_kind_idx ON pgq.jobs (queue COLLATE "C", kind COLLATE "C", priority, run_at, id) '
+        "DROP INDEX pgq.live_jobs_claim_kind_idx",
+        'CREATE INDEX live_jobs_claim_kind_idx ON pgq.live_jobs '
+        '(queue COLLATE "C", kind COLLATE "C", priority, run_at, id) '
         "WHERE status = 'queued' AND limited IS NOT TRUE"],
-    "without the JSON insert trigger": ["ALTER TABLE pgq.jobs DISABLE TRIGGER jobs_json_bounded_insert"],
+    "without the JSON insert trigger": ["ALTER TABLE pgq.live_jobs DISABLE TRIGGER jobs_json_bounded_insert"],
     "without the CHECKs added since caf8cde": [
-        "ALTER TABLE pgq.jobs DROP CONSTRAINT jobs_run_at_bounded, DROP CONSTRAINT jobs_lease_bounded, "
+        "ALTER TABLE pgq.live_jobs DROP CONSTRAINT jobs_run_at_bounded, DROP CONSTRAINT jobs_lease_bounded, "
         "DROP CONSTRAINT jobs_group_key_limited"],
 }
 NOT_LIMITED = "without the limited expression"  # the statement itself, with `limited` a constant

@@ -93,11 +93,16 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(args.reps):
                 for side in ("off", "on", "on", "off"):
                     toggle = "DISABLE" if side == "off" else "ENABLE"
-                    conn.execute(f"ALTER TABLE pgq.jobs {toggle} TRIGGER jobs_json_bounded_insert".encode())
+                    # pgq.live_jobs since revision 0033 (it holds the insert's trigger), else pgq.jobs
+                    table = conn.execute(b"SELECT coalesce(to_regclass('pgq.live_jobs'), 'pgq.jobs')::text").fetchone()
+                    conn.execute(f"ALTER TABLE {table[0] if table else 'pgq.jobs'} {toggle} TRIGGER "
+                                 "jobs_json_bounded_insert".encode())
                     took = run(conn, payloads, batch)
                     seconds[side].append(took)
                     print(f"{name} {side}: {took * 1e6 / len(payloads):.2f} µs/job", flush=True)
-            conn.execute(b"ALTER TABLE pgq.jobs ENABLE TRIGGER jobs_json_bounded_insert")
+            table = conn.execute(b"SELECT coalesce(to_regclass('pgq.live_jobs'), 'pgq.jobs')::text").fetchone()
+            conn.execute(f"ALTER TABLE {table[0] if table else 'pgq.jobs'} ENABLE TRIGGER "
+                         "jobs_json_bounded_insert".encode())
             off, on = (statistics.median(seconds[s]) * 1e6 / len(payloads) for s in ("off", "on"))
             print(f"{name}: off {off:.2f} µs/job, on {on:.2f} µs/job, the check adds {on - off:+.2f} µs/job "
                   f"(on / off {on / off:.3f})", flush=True)

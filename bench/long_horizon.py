@@ -65,10 +65,11 @@ print(sent)
 SAMPLE = """
 SELECT now() AS at,
        (SELECT count(*) FROM pgq.jobs WHERE queue = %(q)s AND finished_at IS NOT NULL) AS finished,
-       coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = 'pgq' AND relname = 'jobs'), 0)
-           AS jobs_dead,
-       coalesce((SELECT n_live_tup FROM pg_stat_user_tables WHERE schemaname = 'pgq' AND relname = 'jobs'), 0)
-           AS jobs_live,
+       -- pgq.jobs and, since revision 0033, its partitions (pg_partition_tree lists a plain table alone)
+       (SELECT coalesce(sum(s.n_dead_tup), 0)::bigint FROM pg_stat_user_tables s
+        WHERE s.relid IN (SELECT t.relid FROM pg_partition_tree('pgq.jobs') t)) AS jobs_dead,
+       (SELECT coalesce(sum(s.n_live_tup), 0)::bigint FROM pg_stat_user_tables s
+        WHERE s.relid IN (SELECT t.relid FROM pg_partition_tree('pgq.jobs') t)) AS jobs_live,
        (SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables WHERE schemaname = 'pgq') AS pgq_dead,
        (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
         JOIN pg_namespace n ON n.oid = c.relnamespace

@@ -15,7 +15,7 @@ def test_churn_script_runs_reports_and_drops_its_database(pgq_server_dsn: str) -
         "--retention", "0.5", prefix="pgq_churn", timeout=120,
     )
 
-    assert "fillfactor=90" in lines[1]
+    assert "pgq.live_jobs storage parameters" in lines[1] and "fillfactor=50" in lines[1]  # revision 0033
     rows = [line.split() for line in lines if " / " in line]  # the progress lines: latencies "p50 / p99"
     assert rows[0][0] == "start" and rows[-1][:2] == ["end", "3,000"]
     assert len(rows) >= 4  # start, 1,000, 2,000, end
