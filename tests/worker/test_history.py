@@ -178,8 +178,10 @@ def test_the_checker_finds_planted_violations(faults: Faults) -> None:
     db.rows("UPDATE pgq.jobs SET status = 'queued', lease_token = NULL, lease_expires_at = NULL, "
             "last_error = 'lease expired at x (attempt ' || attempts || ', worker w)' WHERE id = %s", (b,))
     # a limited kind over its limit
+    db.rows("ALTER TABLE pgq.jobs DISABLE TRIGGER history_insert")  # rows inserted unrecorded
     db.rows("INSERT INTO pgq.jobs (kind, queue, status, attempts, lease_token, lease_expires_at) "
             "SELECT 'limited', 'work', 'queued', 0, NULL, NULL FROM generate_series(1, 2)")
+    db.rows("ALTER TABLE pgq.jobs ENABLE TRIGGER history_insert")
     db.rows("UPDATE pgq.jobs SET status = 'running', attempts = 1, lease_token = gen_random_uuid(), "
             "lease_expires_at = now() + interval '1 minute' WHERE kind = 'limited'")
     # a watermark going backwards
