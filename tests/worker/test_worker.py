@@ -496,7 +496,9 @@ def test_a_cancel_notice_names_the_attempt_by_its_token_digest_or_the_token(pgq_
                                b"lease_expires_at = NULL WHERE id = %s", (job_id,))
             await conn.execute(b"SELECT pg_notify('pgq_cancel', %s)", (f"{job_id}:{mark}",))
 
-    worker = asyncio.run(run_worker_until(app, all_finished, before=before, timeout=10))
+    # A lease long enough that no renewal falls within the handler's 1.5 s: a renewal would find the
+    # job cancelled and interrupt it whatever the notice said.
+    worker = asyncio.run(run_worker_until(app, all_finished, before=before, timeout=10, lease=60))
     app.close()
     if form == "neither":
         assert outcome == ["ran"]
