@@ -151,6 +151,16 @@ def test_the_sequence_gives_ids_only(roles: Roles, sets: dict[str, Service], who
     assert rows(roles.dsn, "SELECT last_value, is_called FROM pgq.jobs_id_seq") == last
 
 
+@pytest.mark.parametrize("who", ["producer", "worker", "scoped producer", "scoped worker"])
+def test_no_role_but_the_admin_drops_a_day_of_finished_jobs(roles: Roles, sets: dict[str, Service],
+                                                           who: str) -> None:
+    """pgq.finished_partitions_drop deletes finished jobs (a purge): the admin's alone."""
+    login = _logins(roles, sets)[who]
+    before = rows(roles.dsn, _PARTITIONS)
+    assert_refused(login, "SELECT * FROM pgq.finished_partitions_drop(interval '0 s', '', interval '1 s')")
+    assert rows(roles.dsn, _PARTITIONS) == before
+
+
 @pytest.mark.parametrize("who", ["producer", "scoped producer"])
 def test_a_producer_cannot_make_the_historys_days(roles: Roles, sets: dict[str, Service], who: str) -> None:
     login = _logins(roles, sets)[who]
