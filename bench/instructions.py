@@ -19,7 +19,9 @@ database migrated by its own `pgq migrate` and --jobs queued jobs, then four ses
 6. the same two enqueues, then --jobs jobs more in batches of --enqueue-batch.
 
 Instructions per job: (2 - 1) and (4 - 3), divided by the jobs claimed after the warm-up, and (6 - 5)
-divided by --jobs. The counts
+divided by --jobs. With --heartbeat N, instead: one claim of --complete-batch jobs, then one session
+renews their leases twice (the warm-up) and another 2 + N times, each renewal one `pgq._ops.heartbeat`
+of them all, as a worker sends it every lease/3; instructions per renewal and per job renewed. The counts
 repeat to within a few hundred instructions per job between runs, so one run per side is enough;
 the time a run takes (valgrind runs the server some 50 times slower) does not enter them. What they
 do not see: the client, the wait for locks and I/O, and other sessions (run W3 for those:
@@ -110,6 +112,55 @@ for c in (producer, worker, acks):
 '''
 
 
+HEARTBEAT = r'''
+import pickle, sys
+import psycopg
+from pgq import _ops
+dsn, state, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+conn = psycopg.connect(dsn, autocommit=True)
+print(conn.execute("SELECT pg_backend_pid()").fetchone()[0], flush=True)
+if n == 0:  # the claim the renewals hold
+    got = _ops.run_sync(conn, _ops.claim(worker="w", queues=["bench"], kinds=["bench"], limit=int(sys.argv[4]),
+                                         lease=3600), own_transaction=True)
+    with open(state, "wb") as f:
+        pickle.dump(got, f)
+    print(len(got), flush=True)
+else:
+    with open(state, "rb") as f:
+        claims = pickle.load(f)
+    for _ in range(n):
+        renewed = _ops.run_sync(conn, _ops.heartbeat([(c, 3600.0) for c in claims], raise_lost=True),
+                                own_transaction=True)
+        assert len(renewed) == len(claims), renewed
+conn.close()
+'''
+
+
+def measure_heartbeat(cluster: CallgrindCluster, name: str, tree: Path, beats: int, batch: int,
+                      tmp: Path) -> float:
+    """Instructions per renewal of the leases of `batch` jobs of one claim (`pgq._ops.heartbeat`, as a
+    worker sends it) for the pgq of `tree`: a session of 2 + `beats` renewals less one of 2."""
+    import psycopg
+
+    db = f"beat_{name}"
+    cluster.migrated_database(db, tree)
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    with psycopg.connect(cluster.dsn + db, autocommit=True) as conn:
+        conn.execute("INSERT INTO pgq.jobs (queue, kind, payload) "
+                     "SELECT 'bench', 'bench', '{\"i\": 1}' FROM generate_series(1, %s)", (batch,))
+        conn.execute("VACUUM ANALYZE pgq.jobs")
+    script, state = tmp / "heartbeat.py", tmp / f"{name}-claims.pickle"
+    script.write_text(HEARTBEAT)
+    counts: dict[int, int] = {}
+    for n in (0, 2, 2 + beats):
+        out = subprocess.run([sys.executable, str(script), cluster.dsn + db, str(state), str(n), str(batch)],
+                             env=env, check=True, capture_output=True, text=True).stdout.split()
+        if n == 0:
+            assert int(out[1]) == batch, out
+        counts[n] = cluster.instructions(int(out[0]))
+    return (counts[2 + beats] - counts[2]) / beats
+
+
 def measure(cluster: CallgrindCluster, name: str, tree: Path, jobs: int, b: int, c: int, e: int, tmp: Path,
             keep: Path | None = None, label: str = "") -> tuple[float, float, float]:
     """Instructions per job of claims, of completes and of enqueues (batches of `e`, through
@@ -141,10 +192,11 @@ def measure(cluster: CallgrindCluster, name: str, tree: Path, jobs: int, b: int,
 
 
 def measure_wake(cluster: CallgrindCluster, name: str, tree: Path, wakes: int, limit: int,
-                 tmp: Path) -> tuple[float, float]:
+                 tmp: Path, keep: Path | None = None, label: str = "") -> tuple[float, float]:
     """Instructions per wake-up of an idle worker for the pgq of `tree`: the enqueue of one job into
     an empty queue (the producer's backend) and the claim that takes it, asking for `limit` jobs (the
-    worker's backend)."""
+    worker's backend). With `keep`, the longer run's callgrind files of both backends are copied into
+    it as SIDE-wake-enqueue.cg and SIDE-wake-claim.cg."""
 
     db = f"wake_{name}"
     cluster.migrated_database(db, tree)
@@ -159,6 +211,9 @@ def measure_wake(cluster: CallgrindCluster, name: str, tree: Path, wakes: int, l
         out = subprocess.run([sys.executable, str(script), cluster.dsn + db, str(n), str(limit), kinds],
                              env=env, check=True, capture_output=True, text=True).stdout.split()
         counts[n] = (cluster.instructions(int(out[0])), cluster.instructions(int(out[1])))
+        if keep is not None and n == warm + wakes:
+            for pid, phase in ((out[0], "enqueue"), (out[1], "claim")):
+                shutil.copyfile(cluster.out / f"cg.{pid}", keep / f"{label or name}-wake-{phase}.cg")
     (e0, c0), (e1, c1) = counts[warm], counts[warm + wakes]
     return (e1 - e0) / wakes, (c1 - c0) / wakes
 
@@ -179,6 +234,8 @@ def main() -> int:
                         "worker (W4), over N wake-ups: the enqueue of one job and the claim that takes it")
     parser.add_argument("--wake-limit", type=int, default=16, help="jobs the wake-up's claim asks for (default "
                         "16: an idle worker of W4's concurrency asks for its free slots)")
+    parser.add_argument("--heartbeat", type=int, metavar="N", help="instead: instructions per renewal of "
+                        "the leases of --complete-batch jobs (a worker's heartbeat), over N renewals")
     parser.add_argument("--bindir", help="PostgreSQL server binaries (default: pg_config --bindir)")
     parser.add_argument("--keep", type=Path, help="copy each phase's callgrind file into this folder, as "
                         "SIDE-PHASE.cg, to read with callgrind_annotate (where the instructions went)")
@@ -191,10 +248,19 @@ def main() -> int:
         parser.error("valgrind is not installed (Debian: apt-get install valgrind)")
     with throwaway(CallgrindCluster, opts.bindir, "pgq-instructions-") as (cluster, tmp):
         sides = {"HEAD": ROOT, opts.baseline: export_tree(opts.baseline, tmp)}
+        if opts.heartbeat:
+            print(f"instructions per heartbeat of {opts.complete_batch} leases, {opts.heartbeat} heartbeats "
+                  f"({cluster.bins})")
+            beats = {name: measure_heartbeat(cluster, f"s{i}", tree, opts.heartbeat, opts.complete_batch, tmp)
+                     for i, (name, tree) in enumerate(sides.items())}
+            for name, per in beats.items():
+                print(f"  {name:>10}: heartbeat {per:11,.0f}  per job {per / opts.complete_batch:9,.0f}")
+            print(f"  HEAD / {opts.baseline}: heartbeat {beats['HEAD'] / beats[opts.baseline]:.3f}")
+            return 0
         if opts.wake:
             print(f"instructions per wake-up, {opts.wake} wake-ups, claims of up to {opts.wake_limit} "
                   f"({cluster.bins})")
-            wakes = {name: measure_wake(cluster, f"s{i}", tree, opts.wake, opts.wake_limit, tmp)
+            wakes = {name: measure_wake(cluster, f"s{i}", tree, opts.wake, opts.wake_limit, tmp, opts.keep, name)
                      for i, (name, tree) in enumerate(sides.items())}
             for name, (enq, claim) in wakes.items():
                 print(f"  {name:>10}: enqueue {enq:9,.0f}  claim {claim:9,.0f}  both {enq + claim:9,.0f}")

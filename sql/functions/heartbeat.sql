@@ -13,9 +13,14 @@ BEGIN
     WITH locked AS (
         -- In id order, as every statement that locks several jobs does (revision 0033: on the small
         -- live table the UPDATE alone may be planned as a hash join over a scan in physical order).
+        -- Revision 0034: only the rows under a lease the caller holds, a token it sent. A lease lost
+        -- (rescued, claimed again by another worker) is not its row to lock, nor to wait for. A claim
+        -- draws its token and only its worker knows it, so this is the caller's rows; the UPDATE below
+        -- still renews a row only under the token sent for it. (A join matching each row here to the
+        -- token sent for it added about three times as many instructions to a heartbeat as this test.)
         SELECT j.id
         FROM pgq.live_jobs j
-        WHERE j.id = ANY(p_ids)
+        WHERE j.id = ANY(p_ids) AND j.lease_token = ANY(p_tokens)
         ORDER BY j.id
         FOR NO KEY UPDATE OF j
     )

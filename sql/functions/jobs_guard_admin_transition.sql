@@ -10,6 +10,12 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege',
                   HINT = 'cancel, retry and purge need pgq_admin (see `pgq roles`)';
     END IF;
+    -- Revision 0034: a job that arrives cancelled with its lease token still set was running, and was
+    -- moved here without pgq's functions (which clear the lease and notify themselves): an UPDATE of
+    -- pgq.jobs that left the lease, or a delete and insert written by hand. Its worker is told.
+    IF TG_OP = 'INSERT' AND NEW.status = 'cancelled' AND NEW.lease_token IS NOT NULL THEN
+        PERFORM pg_notify('pgq_cancel', NEW.id::text || ':' || md5(NEW.lease_token::text));
+    END IF;
     RETURN NEW;
 END;
 $fn$;
@@ -17,4 +23,5 @@ $fn$;
 COMMENT ON FUNCTION pgq.jobs_guard_admin_transition() IS
     'Trigger of pgq.finished_jobs (revision 0033): cancelling a job (its arrival there as cancelled) or '
     're-opening or changing a finished one (an update there) needs DELETE on pgq.jobs (an administrator), so '
-    'pgq_worker, which may update active jobs, cannot cancel or retry them.';
+    'pgq_worker, which may update active jobs, cannot cancel or retry them. A job arriving cancelled with its '
+    'lease token still set notifies pgq_cancel as pgq.cancel does (revision 0034).';

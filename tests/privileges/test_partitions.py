@@ -22,7 +22,7 @@ from pgq.role_sets import apply_scoped, revoke_role_set
 from pgq.roles import apply_roles
 
 from .conftest import Roles
-from .test_roles import assert_refused, rows
+from .test_roles import assert_refused, rows, seed
 from .test_scoped_sets import Service, services  # noqa: F401 (a fixture)
 
 # Every table partition of schema pgq.
@@ -184,6 +184,28 @@ def test_days_the_worker_makes_later_are_granted_to_nobody(roles: Roles, sets: d
     for login in _logins(roles, sets).values():
         assert_refused(login, f"SELECT lease_token FROM {day}")
         assert_refused(login, f"SELECT id FROM {day}")
+
+
+@pytest.mark.parametrize("lease", ["kept", "cleared"])
+def test_an_admins_update_that_cancels_a_running_job_tells_its_worker(roles: Roles, lease: str) -> None:
+    """Revision 0034: the admin (not a superuser) cancels a running job with a plain UPDATE of pgq.jobs,
+    which moves the row to the history; the triggers that tell the job's worker need no other right,
+    and the worker's role hears it once."""
+    ids = seed(roles)
+    [mark] = rows(roles.dsn, "SELECT md5(lease_token::text) AS m FROM pgq.jobs WHERE id = %s", [ids["running"]])
+    clear = ", lease_token = NULL, lease_expires_at = NULL" if lease == "cleared" else ""
+    with psycopg.connect(roles.worker, autocommit=True) as listener:
+        listener.execute(b"LISTEN pgq_cancel")
+        with psycopg.connect(roles.admin, autocommit=True) as admin:
+            admin.execute(f"UPDATE pgq.jobs SET status = 'cancelled', finished_at = now(){clear} "
+                          f"WHERE id = ANY(%s)".encode(), [[ids["running"], ids["queued"]]])
+            admin.execute(b"SELECT pg_notify('pgq_cancel', 'end')")
+        notices = []
+        for note in listener.notifies(timeout=10):
+            if note.payload == "end":
+                break
+            notices.append(note.payload)
+    assert notices == [f"{ids['running']}:{mark['m']}"]
 
 
 def test_what_the_roles_do_through_pgq_jobs_still_works(roles: Roles, sets: dict[str, Service]) -> None:

@@ -12,7 +12,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import psycopg
@@ -20,6 +20,7 @@ import pytest
 
 import pgq
 from pgq import AsyncQueue, JobStatus
+from pgq.tasks import Task
 
 from .conftest import DB, async_wait_for, run_worker_until
 
@@ -462,12 +463,9 @@ def test_a_cancelled_job_is_interrupted_counted_and_logged(pgq_dsn: str, db: DB,
     assert any(": cancelled; its handler is being stopped" in r.getMessage() for r in caplog.records)
 
 
-@pytest.mark.parametrize("form", ["md5", "token", "neither"])
-def test_a_cancel_notice_names_the_attempt_by_its_token_digest_or_the_token(pgq_dsn: str, form: str) -> None:
-    """Revision 0032's notice names the md5 of the lease token (a claim's jobs share one); a schema
-    older than the worker names the token itself (a rolling upgrade): either interrupts the handler,
-    and a notice naming neither leaves it running to its end."""
-    app = pgq.App(pgq_dsn)
+def _sleeper(app: pgq.App, seconds: float) -> tuple[Task[[], Coroutine[Any, Any, str]], threading.Event, list[str]]:
+    """An async task of `app` that sleeps `seconds`; the event is set once it started, and the list
+    gets "interrupted" (CancelledError) or "ran" when it ends."""
     started = threading.Event()
     outcome: list[str] = []
 
@@ -475,12 +473,23 @@ def test_a_cancel_notice_names_the_attempt_by_its_token_digest_or_the_token(pgq_
     async def victim() -> str:
         started.set()
         try:
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(seconds)
         except asyncio.CancelledError:
             outcome.append("interrupted")
             raise
         outcome.append("ran")
         return "ran"
+
+    return victim, started, outcome
+
+
+@pytest.mark.parametrize("form", ["md5", "token", "neither"])
+def test_a_cancel_notice_names_the_attempt_by_its_token_digest_or_the_token(pgq_dsn: str, form: str) -> None:
+    """Revision 0032's notice names the md5 of the lease token (a claim's jobs share one); a schema
+    older than the worker names the token itself (a rolling upgrade): either interrupts the handler,
+    and a notice naming neither leaves it running to its end."""
+    app = pgq.App(pgq_dsn)
+    victim, started, outcome = _sleeper(app, 1.5)
 
     async def before(queue: AsyncQueue) -> None:
         job_id = await victim.defer_async()
@@ -490,10 +499,13 @@ def test_a_cancel_notice_names_the_attempt_by_its_token_digest_or_the_token(pgq_
                                             b"WHERE id = %s", (job_id,))).fetchone()
             assert row is not None
             mark = {"md5": row[1], "token": row[0], "neither": "0" * 32}[form]
-            # The job is cancelled without pgq's notice (an UPDATE of pgq.jobs, which moves the row to
-            # the history and notifies nobody); this test sends the notice itself.
-            await conn.execute(b"UPDATE pgq.jobs SET status = 'cancelled', finished_at = now(), lease_token = NULL, "
-                               b"lease_expires_at = NULL WHERE id = %s", (job_id,))
+            # The job is cancelled without pgq's notice (an UPDATE of pgq.jobs with the table's triggers
+            # off, as a replica applies it: since revision 0034 the UPDATE would notify); this test sends
+            # the notice itself.
+            async with conn.transaction():
+                await conn.execute(b"SET LOCAL session_replication_role = replica")
+                await conn.execute(b"UPDATE pgq.jobs SET status = 'cancelled', finished_at = now(), "
+                                   b"lease_token = NULL, lease_expires_at = NULL WHERE id = %s", (job_id,))
             await conn.execute(b"SELECT pg_notify('pgq_cancel', %s)", (f"{job_id}:{mark}",))
 
     # A lease long enough that no renewal falls within the handler's 1.5 s: a renewal would find the
@@ -506,6 +518,35 @@ def test_a_cancel_notice_names_the_attempt_by_its_token_digest_or_the_token(pgq_
     else:
         assert outcome == ["interrupted"]
         assert (worker.stats["lost"], worker.stats["cancelled"]) == (0, 1)
+
+
+@pytest.mark.parametrize("lease", ["kept", "cleared"])
+def test_a_dbas_update_that_cancels_a_running_job_interrupts_its_handler(pgq_dsn: str, db: DB, lease: str) -> None:
+    """Revision 0034: the UPDATE a DBA types in psql cancels a running job as pgq.cancel does. The row
+    moves to the history (a delete and an insert), and the worker hears of it at once, whether the
+    UPDATE clears the lease (as it had to before revision 0033) or leaves it. From 0033 to 0034 nobody
+    told the worker: the handler ran on to its end, its result then refused."""
+    app = pgq.App(pgq_dsn)
+    victim, started, outcome = _sleeper(app, 8)
+    clear = b", lease_token = NULL, lease_expires_at = NULL" if lease == "cleared" else b""
+
+    async def before(queue: AsyncQueue) -> None:
+        job_id = await victim.defer_async()
+        await asyncio.to_thread(started.wait, 5)
+        async with await psycopg.AsyncConnection.connect(pgq_dsn, autocommit=True) as conn:
+            await conn.execute(b"UPDATE pgq.jobs SET status = 'cancelled', finished_at = now()" + clear
+                               + b" WHERE id = %s", (job_id,))
+
+    async def handler_ended(queue: AsyncQueue) -> bool:
+        return bool(outcome)
+
+    # A lease long enough that no renewal falls within the handler's 8 s (a renewal would find the job
+    # gone and stop it too), and less time to end than the handler takes: only the notice stops it.
+    worker = asyncio.run(run_worker_until(app, handler_ended, before=before, timeout=6, lease=60))
+    app.close()
+    assert outcome == ["interrupted"]
+    assert (worker.stats["lost"], worker.stats["cancelled"]) == (0, 1)
+    assert db.rows("SELECT status::text FROM pgq.jobs") == [{"status": "cancelled"}]
 
 
 def test_stop_drains_running_jobs_to_completion(pgq_dsn: str, db: DB) -> None:
