@@ -17,14 +17,23 @@ finished jobs stay as long as a production worker keeps them: 7 days) drains the
 seconds a session runs `BEGIN; SELECT pg_current_xact_id();` and stays idle in that transaction for
 `--pin` seconds, then rolls back; `--recover` seconds follow.
 
+With `--explain N` (a diagnosis, not for the figures), at the start and every N seconds after, a
+session of its own (kept for the run, as the worker's) enqueues 16 jobs, claims them as the worker
+does (pgq.claim) and acknowledges them (pgq.complete) under auto_explain (analyze, buffers, nested
+statements), then rolls it all back; it prints the plans of the statements that read pgq's job
+tables: what a claim and an acknowledgement walk, before, during and after the pin.
+
 Every `--sample` seconds it prints: seconds since the start, the phase, jobs finished per second over
-the interval, dead and live row versions of pgq.jobs (pg_stat_user_tables), dead row versions of all
-of pgq's tables, and the size of pgq's tables with their indexes (MB). At the end, per phase:
-end-to-end latency (enqueue to finish: `finished_at - created_at`) p50/p95/p99 and the claim latency
-(`started_at - created_at`) p50/p99 of the jobs enqueued in the phase, all on the database clock;
-jobs finished per second; the peak of pgq.jobs' dead row versions; the size at the phase's end; and
-how long after the pin's end pgq.jobs' dead row versions fell back to at most their level before it
-(or 1,000, whichever is more).
+the interval, dead and live row versions of pgq.jobs with all its partitions (pg_stat_user_tables),
+dead row versions of the hot table (pgq.live_jobs since revision 0033, pgq.jobs itself before) and
+of the history (pgq.finished_jobs' partitions; none before 0033), dead row versions of all of pgq's
+tables, and the size with indexes (MB) of the hot table and of all of pgq's tables. At the end, per
+phase: end-to-end latency (enqueue to finish: `finished_at - created_at`) p50/p95/p99 and the claim
+latency (`started_at - created_at`) p50/p99 of the jobs enqueued in the phase, all on the database
+clock; jobs finished per second; the peak of the dead row versions of pgq.jobs, of the hot table
+and of the history; the sizes at the phase's end; and how long after the pin's end the dead row
+versions of pgq.jobs, and of the hot table, fell back to at most their level before it (or 1,000,
+whichever is more).
 """
 
 from __future__ import annotations
@@ -65,16 +74,46 @@ print(sent)
 SAMPLE = """
 SELECT now() AS at,
        (SELECT count(*) FROM pgq.jobs WHERE queue = %(q)s AND finished_at IS NOT NULL) AS finished,
-       -- pgq.jobs and, since revision 0033, its partitions (pg_partition_tree lists a plain table alone)
+       -- pgq.jobs and, since revision 0033, its partitions (pg_partition_tree lists nothing for the
+       -- plain table of the revisions before)
        (SELECT coalesce(sum(s.n_dead_tup), 0)::bigint FROM pg_stat_user_tables s
-        WHERE s.relid IN (SELECT t.relid FROM pg_partition_tree('pgq.jobs') t)) AS jobs_dead,
+        WHERE s.relid = 'pgq.jobs'::regclass
+           OR s.relid IN (SELECT t.relid FROM pg_partition_tree('pgq.jobs') t)) AS jobs_dead,
        (SELECT coalesce(sum(s.n_live_tup), 0)::bigint FROM pg_stat_user_tables s
-        WHERE s.relid IN (SELECT t.relid FROM pg_partition_tree('pgq.jobs') t)) AS jobs_live,
+        WHERE s.relid = 'pgq.jobs'::regclass
+           OR s.relid IN (SELECT t.relid FROM pg_partition_tree('pgq.jobs') t)) AS jobs_live,
+       -- the hot table: pgq.live_jobs since revision 0033, pgq.jobs before it
+       (SELECT coalesce(sum(s.n_dead_tup), 0)::bigint FROM pg_stat_user_tables s
+        WHERE s.relid = coalesce(to_regclass('pgq.live_jobs'), 'pgq.jobs'::regclass)) AS live_dead,
+       -- the history: pgq.finished_jobs' partitions (no such table before revision 0033)
+       (SELECT coalesce(sum(s.n_dead_tup), 0)::bigint FROM pg_stat_user_tables s
+        WHERE s.relid IN (SELECT t.relid FROM pg_partition_tree(to_regclass('pgq.finished_jobs')) t)) AS hist_dead,
        (SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables WHERE schemaname = 'pgq') AS pgq_dead,
+       pg_total_relation_size(coalesce(to_regclass('pgq.live_jobs'), 'pgq.jobs'::regclass)) AS live_bytes,
        (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
         JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = 'pgq' AND c.relkind IN ('r', 'p')) AS pgq_bytes
 """
+
+# A claim and an acknowledgement as the worker's (one queue, one kind, 16 jobs), the plans of their
+# statements sent to the client. The 16 jobs are this transaction's own (due at its start, as the
+# claim's `run_at <= now()` wants): the claim finds them behind whatever the claim index holds, and the
+# rollback gives them back.
+EXPLAIN_JOBS = """
+INSERT INTO pgq.jobs (queue, kind, payload, run_at)
+SELECT %s, %s, jsonb_build_object('explain', g), now() FROM generate_series(1, 16) g
+""".strip()
+EXPLAIN_SETUP = ("LOAD 'auto_explain'", "SET LOCAL auto_explain.log_min_duration = 0",
+                 "SET LOCAL auto_explain.log_analyze = on", "SET LOCAL auto_explain.log_buffers = on",
+                 "SET LOCAL auto_explain.log_nested_statements = on", "SET LOCAL client_min_messages = log")
+EXPLAIN_CLAIM = """
+SELECT c.id, c.lease_token::uuid FROM pgq.claim(ARRAY[%s], ARRAY[%s], 16, 60, 'long-horizon-explain') c
+""".strip()
+EXPLAIN_COMPLETE = """
+SELECT count(*) FROM pgq.complete(%(ids)s::bigint[], %(tokens)s::uuid[],
+                                  array_fill(NULL::jsonb, ARRAY[%(n)s::integer]),
+                                  array_fill(NULL::bigint, ARRAY[%(n)s::integer]), NULL, NULL)
+""".strip()
 
 LATENCY = """
 SELECT count(*) AS jobs,
@@ -102,13 +141,15 @@ def run_side(cluster: PrivateCluster, name: str, tree: Path, opts: argparse.Name
     samples: list[dict[str, Any]] = []
     bounds: dict[str, Any] = {}
     pin: psycopg.Connection[Any] | None = None
+    explainer: psycopg.Connection[Any] | None = None  # --explain's session
     print(f"--- {name}: {opts.rate:g} jobs/s, pinned from {opts.warm:g} s to {opts.warm + opts.pin:g} s, "
           f"{total:g} s in all", flush=True)
     print(f"{'s':>6} {'phase':>9} {'done/s':>8} {'jobs dead':>10} {'jobs live':>10} {'pgq dead':>9} "
-          f"{'pgq MB':>8}", flush=True)
+          f"{'pgq MB':>8} {'hot dead':>9} {'hist dead':>9} {'hot MB':>7}", flush=True)
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             started = time.monotonic()
+            explained = -float("inf")  # --explain's first claim at the start, as the worker's first
             bounds["warm"] = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
             phase = "warm"
             while True:
@@ -129,15 +170,23 @@ def run_side(cluster: PrivateCluster, name: str, tree: Path, opts: argparse.Name
                     break
                 row = conn.execute(SAMPLE, {"q": QUEUE}).fetchone()
                 assert row is not None
-                s = dict(zip(("at", "finished", "jobs_dead", "jobs_live", "pgq_dead", "pgq_bytes"), row, strict=True))
+                s = dict(zip(("at", "finished", "jobs_dead", "jobs_live", "live_dead", "hist_dead", "pgq_dead",
+                              "live_bytes", "pgq_bytes"), row, strict=True))
                 s["phase"], s["t"] = phase, elapsed
                 rate = ((s["finished"] - samples[-1]["finished"]) / max(1e-9, (s["at"] - samples[-1]["at"])
                         .total_seconds())) if samples else 0.0
                 samples.append(s)
                 print(f"{elapsed:6.0f} {phase:>9} {rate:8.0f} {s['jobs_dead']:10,} {s['jobs_live']:10,} "
-                      f"{s['pgq_dead']:9,} {s['pgq_bytes'] / 1e6:8.1f}", flush=True)
+                      f"{s['pgq_dead']:9,} {s['pgq_bytes'] / 1e6:8.1f} {s['live_dead']:9,} {s['hist_dead']:9,} "
+                      f"{s['live_bytes'] / 1e6:7.1f}", flush=True)
                 if worker.poll() is not None:
                     raise SystemExit(f"the worker stopped (exit {worker.returncode})")
+                if opts.explain and elapsed >= explained + opts.explain:
+                    explained = elapsed
+                    if explainer is None:
+                        explainer = psycopg.connect(dsn)
+                    explain_claim(explainer, f"at {elapsed:.0f} s ({phase}, {s['live_dead']:,} dead in the "
+                                  "hot table)")
                 time.sleep(max(0.0, opts.sample - (time.monotonic() - started - elapsed)))
             bounds["end"] = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
             producer.wait(60)
@@ -149,8 +198,9 @@ def run_side(cluster: PrivateCluster, name: str, tree: Path, opts: argparse.Name
                 time.sleep(0.2)
             return summary(conn, name, samples, bounds)
     finally:
-        if pin is not None:
-            pin.close()
+        for session in (pin, explainer):
+            if session is not None:
+                session.close()
         for proc in (producer, worker):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -160,10 +210,47 @@ def run_side(cluster: PrivateCluster, name: str, tree: Path, opts: argparse.Name
             admin.execute(f"DROP DATABASE IF EXISTS {db}")
 
 
+def explain_claim(conn: psycopg.Connection[Any], label: str) -> None:
+    """Print the plans (auto_explain: analyze, buffers, nested statements) of the statements of one
+    claim of 16 jobs and of their acknowledgement, in a transaction of `conn` (a session kept for the
+    run, as a worker's, so that its plans stay cached) that enqueued them and is rolled back: each
+    statement's duration and first line, and the plan of those that read pgq's job tables."""
+    plans: list[str] = []
+
+    def keep(diag: psycopg.errors.Diagnostic) -> None:
+        plans.append(diag.message_primary or "")
+
+    conn.execute(EXPLAIN_JOBS, (QUEUE, KIND))
+    for statement in EXPLAIN_SETUP:
+        conn.execute(statement)
+    conn.add_notice_handler(keep)
+    try:
+        claimed = conn.execute(EXPLAIN_CLAIM, (QUEUE, KIND)).fetchall()
+        conn.execute(EXPLAIN_COMPLETE, {"ids": [r[0] for r in claimed], "tokens": [r[1] for r in claimed],
+                                        "n": len(claimed)})
+    finally:
+        conn.rollback()
+        conn.remove_notice_handler(keep)
+    print(f"  | explain {label}: a claim of 16 took {len(claimed)} jobs and acknowledged them, "
+          f"{len(plans)} statements; rolled back", flush=True)
+    for plan in plans:
+        head, _, rest = plan.partition("  plan:\nQuery Text: ")
+        lines = rest.splitlines()
+        # The statement's first line (its text is in sql/), then its plan, whose root is the first line
+        # at the margin with a cost.
+        root = next((i for i, line in enumerate(lines) if "  (cost=" in line and not line.startswith(" ")),
+                    len(lines))
+        print(f"  | {head}: {' '.join(lines[0].split())[:100] if lines else ''}", flush=True)
+        if " on jobs " in plan or "live_jobs" in plan or "finished_jobs" in plan:  # before 0033: pgq.jobs
+            for line in lines[root:]:
+                print("  |   " + line, flush=True)
+
+
 def summary(conn: psycopg.Connection[Any], name: str, samples: list[dict[str, Any]],
             bounds: dict[str, Any]) -> list[str]:
     """The per-phase lines of one side, and how long the dead row versions took to go after the pin."""
-    lines = [f"{name}: phase       jobs  e2e p50/p95/p99 ms   claim p50/p99 ms   jobs/s  peak dead  MB at end"]
+    lines = [f"{name}: phase       jobs  e2e p50/p95/p99 ms   claim p50/p99 ms   jobs/s  peak dead  MB at end"
+             f"  hot peak dead  hist peak dead  hot MB at end"]
     edges = [bounds["warm"], bounds["pinned"], bounds["recovery"], bounds["end"]]
     for i, phase in enumerate(PHASES):
         start, end = edges[i], edges[i + 1]
@@ -177,20 +264,23 @@ def summary(conn: psycopg.Connection[Any], name: str, samples: list[dict[str, An
                             "AND finished_at < %s", (QUEUE, start, end)).fetchone()
         assert done is not None
         seconds = max(1e-9, (end - start).total_seconds())
-        peak = max((s["jobs_dead"] for s in in_phase), default=0)
-        size = in_phase[-1]["pgq_bytes"] / 1e6 if in_phase else float("nan")
+        peak = {key: max((s[key] for s in in_phase), default=0) for key in ("jobs_dead", "live_dead", "hist_dead")}
+        size, live_size = ((in_phase[-1]["pgq_bytes"] / 1e6, in_phase[-1]["live_bytes"] / 1e6) if in_phase
+                           else (float("nan"), float("nan")))
         lines.append(f"{name}: {phase:>8} {jobs:9,}  {e2e[0]:6.1f} {e2e[1]:6.1f} {e2e[2]:7.1f}   "
-                     f"{claim[0]:7.1f} {claim[1]:7.1f}   {done[0] / seconds:6.0f}  {peak:9,}  {size:9.1f}")
-    before = max((s["jobs_dead"] for s in samples if s["phase"] == "warm"), default=0)
-    floor = max(before, 1000)
-    back = next((s for s in samples if s["phase"] == "recovery" and s["jobs_dead"] <= floor), None)
-    if back is None:
-        lines.append(f"{name}: pgq.jobs' dead row versions were still above {floor:,} at the end "
-                     f"(peak before the pin: {before:,})")
-    else:
-        after = (back["at"] - bounds["recovery"]).total_seconds()
-        lines.append(f"{name}: pgq.jobs' dead row versions back at or below {floor:,} (peak before the pin: "
-                     f"{before:,}) {after:.0f} s after the pin ended")
+                     f"{claim[0]:7.1f} {claim[1]:7.1f}   {done[0] / seconds:6.0f}  {peak['jobs_dead']:9,}  "
+                     f"{size:9.1f}  {peak['live_dead']:13,}  {peak['hist_dead']:14,}  {live_size:13.1f}")
+    for key, what in (("jobs_dead", "pgq.jobs'"), ("live_dead", "the hot table's")):
+        before = max((s[key] for s in samples if s["phase"] == "warm"), default=0)
+        floor = max(before, 1000)
+        back = next((s for s in samples if s["phase"] == "recovery" and s[key] <= floor), None)
+        if back is None:
+            lines.append(f"{name}: {what} dead row versions were still above {floor:,} at the end "
+                         f"(peak before the pin: {before:,})")
+        else:
+            after = (back["at"] - bounds["recovery"]).total_seconds()
+            lines.append(f"{name}: {what} dead row versions back at or below {floor:,} (peak before the pin: "
+                         f"{before:,}) {after:.0f} s after the pin ended")
     return lines
 
 
@@ -203,13 +293,17 @@ def main() -> int:
     parser.add_argument("--recover", type=float, default=120, help="seconds after the pin (default 120)")
     parser.add_argument("--sample", type=float, default=5, help="seconds between samples (default 5)")
     parser.add_argument("--concurrency", type=int, default=16, help="the worker's slots (default 16)")
+    parser.add_argument("--explain", type=float, default=0, help="seconds between plans of a claim's "
+                        "statements (default 0: none; a diagnosis, its claims disturb the figures)")
     parser.add_argument("--baseline", help="a commit to run the same way after this checkout")
     parser.add_argument("--settings", default="", help="lines to append to the private server's "
                         "postgresql.conf (e.g. 'autovacuum_naptime = 10s')")
     parser.add_argument("--bindir", help="PostgreSQL server binaries (default: pg_config --bindir)")
     opts = parser.parse_args()
-    if min(opts.rate, opts.sample) <= 0 or min(opts.warm, opts.pin, opts.recover) < 0 or opts.concurrency < 1:
-        parser.error("--rate and --sample must be positive, the phases at least 0 s, --concurrency at least 1")
+    if (min(opts.rate, opts.sample) <= 0 or min(opts.warm, opts.pin, opts.recover, opts.explain) < 0
+            or opts.concurrency < 1):
+        parser.error("--rate and --sample must be positive, the phases and --explain at least 0 s, "
+                     "--concurrency at least 1")
 
     class Cluster(PrivateCluster):
         def __init__(self, bins: Path, where: Path) -> None:
@@ -217,8 +311,9 @@ def main() -> int:
 
     with throwaway(Cluster, opts.bindir, "pgq-horizon-") as (cluster, tmp):
         with psycopg.connect(cluster.dsn + "postgres", autocommit=True) as conn:
-            settings = dict(conn.execute("SELECT name, setting FROM pg_settings WHERE name IN "
-                                         "('server_version', 'autovacuum', 'autovacuum_naptime')").fetchall())
+            settings: dict[str, str] = dict(conn.execute(
+                "SELECT name, setting FROM pg_settings WHERE name IN "
+                "('server_version', 'autovacuum', 'autovacuum_naptime')").fetchall())
         print(f"private PostgreSQL {settings['server_version']}: autovacuum {settings['autovacuum']}, "
               f"naptime {settings['autovacuum_naptime']} s; load {os.getloadavg()[0]:.1f}", flush=True)
         sides = {"HEAD": ROOT}
