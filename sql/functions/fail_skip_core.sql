@@ -83,8 +83,7 @@ BEGIN
                g.created_at, g.started_at, now(), coalesce(g.new_progress, g.progress), g.awaited,
                g.pending_parents, g.has_dependents,
                g.limited, g.group_key, g.trace_context, g.sequence_key
-        FROM gone g
-        ORDER BY g.id
+        FROM gone g  -- no ORDER BY (revision 0035): sorting whole rows cost 4,000 instructions a job
         RETURNING m.*
     )
     SELECT r::pgq.jobs, false FROM retried r

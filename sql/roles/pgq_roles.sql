@@ -229,3 +229,14 @@ BEGIN
     END IF;
 END
 $days$;
+
+-- 8. Revision 0035. When the next job of its queues is due (pgq.next_run_at: a SECURITY DEFINER
+-- function over the live partition, which the worker may not read), for the worker, which asks it when
+-- idle. (Guarded, as above; the migration re-grants.)
+DO $next_run_at$
+BEGIN
+    IF pg_catalog.to_regprocedure('pgq.next_run_at(text[])') IS NOT NULL THEN
+        GRANT EXECUTE ON FUNCTION pgq.next_run_at(text[]) TO {worker};
+    END IF;
+END
+$next_run_at$;

@@ -7,6 +7,7 @@ direct table access do not get around it."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -163,6 +164,29 @@ def test_a_scoped_worker_claims_and_rescues_only_in_its_queues(roles: Roles, ser
         assert asyncio.run(rescue(a.worker)) == {"requeued": 2, "failed": 0}
     by_queue = {r["queue"]: r["status"] for r in _jobs(roles)}
     assert by_queue == {"a1": "queued", "a2": "queued", "b": "running", "other": "running"}
+
+
+def test_the_idle_query_answers_for_the_callers_queues_only(roles: Roles, services: dict[str, Service]) -> None:
+    """pgq.next_run_at (revision 0035) reads the live partition as its owner: it is the worker's only,
+    and a scoped worker learns of no other service's queue, named or not."""
+    with pgq.Queue(roles.producer) as q:
+        q.enqueue("k", queue="b")  # due now
+        q.enqueue("k", queue="a1", delay=dt.timedelta(hours=1))
+    due = "SELECT pgq.next_run_at(%s::text[]) AS s"
+    for dsn in (roles.producer, services["a"].producer, services["b"].producer):
+        assert_refused(dsn, "SELECT pgq.next_run_at(NULL)")
+    a, b = services["a"].worker, services["b"].worker
+    # The unscoped worker sees both; b's job is due, so the answer is not positive.
+    assert rows(roles.worker, due, [None])[0]["s"] <= 0
+    # a's worker: only a1's job, an hour ahead, whether it names b's queue or no queue at all.
+    for asked in (None, ["a1", "b"], ["b"]):
+        got = rows(a, due, [asked])[0]["s"]
+        if asked == ["b"]:
+            assert got is None
+        else:
+            assert 3500 < got <= 3600
+    assert rows(b, due, [None])[0]["s"] <= 0
+    assert rows(b, due, [["a1"]])[0]["s"] is None
 
 
 def test_scoped_sets_cannot_set_limits_and_unscoped_claims_are_unchanged(
