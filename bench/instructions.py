@@ -4,6 +4,7 @@ the one measure of the hot path that the load of a shared machine does not move.
 
     python3 bench/instructions.py                        # this checkout against caf8cde
     python3 bench/instructions.py --baseline v0.2.0 --claim-batch 512 --complete-batch 150
+    python3 bench/instructions.py --wake 200 --keep /tmp/cg  # W4: enqueue, claim, next_run_at, ack
 
 A private PostgreSQL cluster (initdb in a temporary folder, the server binaries of `pg_config
 --bindir` or --bindir) runs under `valgrind --tool=callgrind`, each backend counting its own
@@ -21,7 +22,12 @@ database migrated by its own `pgq migrate` and --jobs queued jobs, then four ses
 Instructions per job: (2 - 1) and (4 - 3), divided by the jobs claimed after the warm-up, and (6 - 5)
 divided by --jobs. With --heartbeat N, instead: one claim of --complete-batch jobs, then one session
 renews their leases twice (the warm-up) and another 2 + N times, each renewal one `pgq._ops.heartbeat`
-of them all, as a worker sends it every lease/3; instructions per renewal and per job renewed. The counts
+of them all, as a worker sends it every lease/3; instructions per renewal and per job renewed. With
+--wake N, instead: N wake-ups of an idle worker (W4), each counted whole, statement by statement, each
+statement in a backend of its own: the enqueue of one job, the claim that takes it, the worker's
+next_run_at after that short claim, and the job's acknowledgement; instructions per wake-up of each, a
+run of 20 wake-ups (the warm-up) subtracted. --extra-sql FILE runs FILE in the working tree's database
+after its migration, to measure a prototype of a change without a revision. The counts
 repeat to within a few hundred instructions per job between runs, so one run per side is enough;
 the time a run takes (valgrind runs the server some 50 times slower) does not enter them. What they
 do not see: the client, the wait for locks and I/O, and other sessions (run W3 for those:
@@ -35,6 +41,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from private_cluster import ROOT, CallgrindCluster, export_tree, throwaway
@@ -89,25 +96,29 @@ conn.close()
 '''
 
 WAKE = r'''
-import sys
+import inspect, sys
 import psycopg
 import pgq
 from pgq import _ops
 dsn, n, limit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 kinds = None if sys.argv[4] == "any" else ["bench"]
-producer = psycopg.connect(dsn, autocommit=True)
-worker = psycopg.connect(dsn, autocommit=True)
-acks = psycopg.connect(dsn, autocommit=True)
+# Each statement of a wake in a backend of its own, so that each is counted apart: the worker's
+# next_run_at runs in the pool's next connection, as the claim's may be busy.
+producer, worker, acks, idle = (psycopg.connect(dsn, autocommit=True) for _ in range(4))
 pid = "SELECT pg_backend_pid()"
-print(producer.execute(pid).fetchone()[0], worker.execute(pid).fetchone()[0], flush=True)
+print(*(c.execute(pid).fetchone()[0] for c in (producer, worker, acks, idle)), flush=True)
 spec = pgq.JobSpec(kind="bench", payload={"i": 1}, queue="bench")
+busy = {"busy": set()} if "busy" in inspect.signature(_ops.complete).parameters else {}
 for _ in range(n):
     _ops.run_sync(producer, _ops.enqueue([spec]), own_transaction=True)
     got = _ops.run_sync(worker, _ops.claim(worker="w", queues=["bench"], kinds=kinds, limit=limit, lease=3600),
                         own_transaction=True)
     assert len(got) == 1, got
-    _ops.run_sync(acks, _ops.complete([(x, None, None) for x in got], raise_lost=False), own_transaction=True)
-for c in (producer, worker, acks):
+    # The claim came back short: the idle worker asks when the next job is due (its _sleep_until_due).
+    _ops.run_sync(idle, _ops.next_run_at(["bench"]), own_transaction=True)
+    # As the worker's acknowledger sends it, where the tree has that argument: busy rows skipped.
+    _ops.run_sync(acks, _ops.complete([(x, None, None) for x in got], raise_lost=False, **busy), own_transaction=True)
+for c in (producer, worker, acks, idle):
     c.close()
 '''
 
@@ -134,6 +145,18 @@ else:
         assert len(renewed) == len(claims), renewed
 conn.close()
 '''
+
+
+def copy_written(cluster: CallgrindCluster, pid: int, to: Path) -> None:
+    """Copy backend `pid`'s callgrind file to `to` once callgrind has written all of it: its summary
+    line (what `instructions` reads) comes in the header, its totals line last."""
+    path = cluster.out / f"cg.{pid}"
+    for _ in range(600):
+        if any(line.startswith("totals:") for line in path.read_text(errors="replace").splitlines()[-5:]):
+            shutil.copyfile(path, to)
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"callgrind did not finish writing {path}")
 
 
 def measure_heartbeat(cluster: CallgrindCluster, name: str, tree: Path, beats: int, batch: int,
@@ -184,38 +207,47 @@ def measure(cluster: CallgrindCluster, name: str, tree: Path, jobs: int, b: int,
                              env=env, check=True, capture_output=True, text=True).stdout.split()
         counts[phase] = cluster.instructions(int(out[0]))
         if keep is not None:
-            shutil.copyfile(cluster.out / f"cg.{out[0]}", keep / f"{label or name}-{phase}.cg")
+            copy_written(cluster, int(out[0]), keep / f"{label or name}-{phase}.cg")
         if phase == "complete":
             done = int(out[1])
     return ((counts["claim"] - counts["claim-warm"]) / done, (counts["complete"] - counts["complete-warm"]) / done,
             (counts["enqueue"] - counts["enqueue-warm"]) / jobs)
 
 
+WAKE_PARTS = ("enqueue", "claim", "complete", "next_run_at")
+
+
 def measure_wake(cluster: CallgrindCluster, name: str, tree: Path, wakes: int, limit: int,
-                 tmp: Path, keep: Path | None = None, label: str = "") -> tuple[float, float]:
-    """Instructions per wake-up of an idle worker for the pgq of `tree`: the enqueue of one job into
-    an empty queue (the producer's backend) and the claim that takes it, asking for `limit` jobs (the
-    worker's backend). With `keep`, the longer run's callgrind files of both backends are copied into
-    it as SIDE-wake-enqueue.cg and SIDE-wake-claim.cg."""
+                 tmp: Path, keep: Path | None = None, label: str = "",
+                 extra_sql: str | None = None) -> dict[str, float]:
+    """Instructions per wake-up of an idle worker for the pgq of `tree`, by statement, each run in a
+    backend of its own: the enqueue of one job into an empty queue (the producer's), the claim that
+    takes it, asking for `limit` jobs (the worker's), the worker's next_run_at after its short claim,
+    and the acknowledgement of the job (the acks connection's). With `extra_sql`, that SQL runs in the
+    database after the migration (a prototype to measure). With `keep`, the longer run's callgrind
+    files of the four backends are copied into it as SIDE-wake-PART.cg."""
+    import psycopg
 
     db = f"wake_{name}"
     cluster.migrated_database(db, tree)
+    if extra_sql:
+        with psycopg.connect(cluster.dsn + db, autocommit=True) as conn:
+            conn.execute(extra_sql)
     env = dict(os.environ, PYTHONPATH=str(tree))
     script = tmp / "wake.py"
     script.write_text(WAKE)
     # The claim asks for the kinds the tree's worker asks for: its app's since revision 0027, any before.
     kinds = "any" if "kinds=None" in (tree / "pgq" / "worker" / "producer.py").read_text() else "app"
-    counts: dict[int, tuple[int, int]] = {}
+    counts: dict[int, list[int]] = {}
     warm = 20
     for n in (warm, warm + wakes):
         out = subprocess.run([sys.executable, str(script), cluster.dsn + db, str(n), str(limit), kinds],
                              env=env, check=True, capture_output=True, text=True).stdout.split()
-        counts[n] = (cluster.instructions(int(out[0])), cluster.instructions(int(out[1])))
+        counts[n] = [cluster.instructions(int(pid)) for pid in out[:4]]
         if keep is not None and n == warm + wakes:
-            for pid, phase in ((out[0], "enqueue"), (out[1], "claim")):
-                shutil.copyfile(cluster.out / f"cg.{pid}", keep / f"{label or name}-wake-{phase}.cg")
-    (e0, c0), (e1, c1) = counts[warm], counts[warm + wakes]
-    return (e1 - e0) / wakes, (c1 - c0) / wakes
+            for pid, part in zip(out[:4], WAKE_PARTS, strict=True):
+                copy_written(cluster, int(pid), keep / f"{label or name}-wake-{part}.cg")
+    return {part: (counts[warm + wakes][i] - counts[warm][i]) / wakes for i, part in enumerate(WAKE_PARTS)}
 
 
 def main() -> int:
@@ -231,17 +263,23 @@ def main() -> int:
     parser.add_argument("--enqueue-batch", type=int, default=1000, help="jobs per enqueue (default 1,000: "
                         "the shared harness's W2 batch)")
     parser.add_argument("--wake", type=int, metavar="N", help="instead: instructions per wake-up of an idle "
-                        "worker (W4), over N wake-ups: the enqueue of one job and the claim that takes it")
+                        "worker (W4), over N wake-ups: the enqueue of one job, the claim that takes it, the "
+                        "worker's next_run_at after that short claim and the job's acknowledgement")
     parser.add_argument("--wake-limit", type=int, default=16, help="jobs the wake-up's claim asks for (default "
                         "16: an idle worker of W4's concurrency asks for its free slots)")
     parser.add_argument("--heartbeat", type=int, metavar="N", help="instead: instructions per renewal of "
                         "the leases of --complete-batch jobs (a worker's heartbeat), over N renewals")
+    parser.add_argument("--extra-sql", type=Path, metavar="FILE", help="with --wake: run this SQL in the "
+                        "working tree's database after its migration (a prototype of a change to measure)")
     parser.add_argument("--bindir", help="PostgreSQL server binaries (default: pg_config --bindir)")
     parser.add_argument("--keep", type=Path, help="copy each phase's callgrind file into this folder, as "
                         "SIDE-PHASE.cg, to read with callgrind_annotate (where the instructions went)")
     opts = parser.parse_args()
     if opts.jobs < 1 or opts.claim_batch < 1 or opts.complete_batch < 1 or opts.enqueue_batch < 1:
         parser.error("--jobs and the batches must be at least 1")
+    if opts.extra_sql is not None and not opts.wake:
+        parser.error("--extra-sql is only for --wake")
+    extra_sql = opts.extra_sql.read_text() if opts.extra_sql is not None else None
     if opts.keep is not None:
         opts.keep.mkdir(parents=True, exist_ok=True)
     if not shutil.which("valgrind"):
@@ -260,13 +298,15 @@ def main() -> int:
         if opts.wake:
             print(f"instructions per wake-up, {opts.wake} wake-ups, claims of up to {opts.wake_limit} "
                   f"({cluster.bins})")
-            wakes = {name: measure_wake(cluster, f"s{i}", tree, opts.wake, opts.wake_limit, tmp, opts.keep, name)
+            wakes = {name: measure_wake(cluster, f"s{i}", tree, opts.wake, opts.wake_limit, tmp, opts.keep, name,
+                                        extra_sql if name == "HEAD" else None)
                      for i, (name, tree) in enumerate(sides.items())}
-            for name, (enq, claim) in wakes.items():
-                print(f"  {name:>10}: enqueue {enq:9,.0f}  claim {claim:9,.0f}  both {enq + claim:9,.0f}")
-            (he, hc), (be, bc) = wakes["HEAD"], wakes[opts.baseline]
-            print(f"  HEAD / {opts.baseline}: enqueue {he / be:.3f}  claim {hc / bc:.3f}  "
-                  f"both {(he + hc) / (be + bc):.3f}")
+            for name, parts in wakes.items():
+                print(f"  {name:>10}: " + "  ".join(f"{p} {parts[p]:9,.0f}" for p in WAKE_PARTS)
+                      + f"  wake {sum(parts.values()):10,.0f}")
+            head, base = wakes["HEAD"], wakes[opts.baseline]
+            print(f"  HEAD / {opts.baseline}: " + "  ".join(f"{p} {head[p] / base[p]:.3f}" for p in WAKE_PARTS)
+                  + f"  wake {sum(head.values()) / sum(base.values()):.3f}")
             return 0
         print(f"instructions per job, {opts.jobs} jobs, claims of {opts.claim_batch}, acknowledgements of "
               f"{opts.complete_batch}, enqueues of {opts.enqueue_batch} ({cluster.bins})")
