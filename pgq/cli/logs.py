@@ -169,6 +169,8 @@ class _FinishLines:
         self.worker = logging.getLogger("pgq.worker")
         self._pending: list[str] = []
         self._parts: dict[tuple[int, str, str, str, int, int], tuple[str, str, str]] = {}
+        # (first, last, text): every time from `first` to `last` has the stamp `text` (see _stamp_at).
+        self._stamp: tuple[float, float, str] = (1.0, 0.0, "")
 
     def __call__(self, level: int, job: Any, outcome: str, seconds: float) -> bool:
         # Once per finished job (a no-op job's largest single cost in the worker, issue #47): the
@@ -185,7 +187,10 @@ class _FinishLines:
         parts = self._parts.get(key)
         if parts is None:
             parts = self._learn(key)
-        stamp = _timestamp_of(time.time())
+        now = time.time()
+        first, last, stamp = self._stamp
+        if not first <= now <= last:
+            stamp = self._stamp_at(now)
         ms = seconds * 1000
         if type(ms) is float and 0.0 <= ms < 1e12:
             # repr(round(ms, 3)), at half the cost: below 1e12 a value of 3 decimals has at most 15
@@ -211,6 +216,22 @@ class _FinishLines:
                 loop.call_soon(self._flush)
             pending.append(line)
         return True
+
+    def _stamp_at(self, now: float) -> str:
+        """The time stamp of a line written at `now` (as _timestamp_of makes it), remembered with the
+        times that share it: from `now` to a time checked to lie in the same millisecond. The
+        millisecond _timestamp_of takes a time for never decreases as the time grows, so every time
+        between two of the same millisecond is in it too: the lines that follow within it reuse the
+        text after two comparisons, without _timestamp_of's call and arithmetic (a tenth of the
+        line's cost)."""
+        text = _timestamp_of(now)
+        whole = int(now)
+        frac = int((now - whole) * 1000)
+        last = whole + (frac + 0.999) / 1000
+        if not (last >= now and int(last) == whole and int((last - whole) * 1000) == frac):
+            last = now
+        self._stamp = (now, last, text)
+        return text
 
     def _learn(self, key: tuple[int, str, str, str, int, int]) -> tuple[str, str, str]:
         """The parts of a finish line that depend only on its level, kind, queue, outcome, attempt and

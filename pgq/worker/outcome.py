@@ -140,6 +140,11 @@ class Verdict(NamedTuple):
     failure: Failure | None = None
 
 
+_SUCCEEDED: Final = Verdict("succeeded")
+"""The verdict of most attempts (no result, no follow-ups), built once: a NamedTuple cannot change, so
+one serves every such attempt (building it, with a keyword, was 0.4 us of each no-op job's cost)."""
+
+
 def verdict(claim: Claim, task: AnyTask | None, value: Any, failed: BaseException | None,
             follow_ups: list[JobSpec] | None, tasks: Mapping[str, object]) -> Verdict:
     """Decide how to acknowledge the attempt `claim` of a job run by `task` that returned `value` or
@@ -148,7 +153,8 @@ def verdict(claim: Claim, task: AnyTask | None, value: Any, failed: BaseExceptio
     worker's runner and `pgq.testing.drain` send what it says. A result that cannot be stored, or a
     task's `on_success` job that cannot be built, turns a success into a rejection."""
     if failed is None and value is None and (task is None or task.on_success is None):
-        return Verdict("succeeded", follow_ups=follow_ups)  # the most common end of a job: nothing to check
+        # The most common end of a job: nothing to check.
+        return _SUCCEEDED if follow_ups is None else Verdict("succeeded", follow_ups=follow_ups)
     if failed is None and isinstance(value, Snooze):
         failed = value
     if failed is None and value is not None:
