@@ -337,9 +337,13 @@ def test_workers_through_pgbouncer_listen_direct_or_poll(bouncer: Bouncer, caplo
         jobs = producer.list(queue="w", limit=1000) + producer.list(queue="w-poll", limit=1000)
     finally:
         producer.close()
-    assert {j.status for j in jobs} == {JobStatus.SUCCEEDED}
-    assert all(runs[j.id] == 1 for j in jobs)  # each job ran exactly once
-    assert len(runs) == len(jobs)
+    # A tick that a worker claimed as it stopped is released unstarted, queued for the next worker
+    # (seen under load: "released 1"); every other job ran, exactly once.
+    left = [j for j in jobs if j.status is not JobStatus.SUCCEEDED]
+    assert all(j.kind == "tick" and j.status is JobStatus.QUEUED for j in left), left
+    assert len(left) <= listening.stats["released"] + polling.stats["released"]
+    assert all(runs[j.id] == 1 for j in jobs if j.status is JobStatus.SUCCEEDED)  # each job ran exactly once
+    assert len(runs) == len(jobs) - len(left)
     ticks = [j for j in jobs if j.kind == "tick"]
     assert ticks and len({j.dedupe_key for j in ticks}) == len(ticks)  # each tick enqueued once
     assert polling.stats["succeeded"] >= 100 and listening.stats["succeeded"] > 61
