@@ -6,9 +6,6 @@ SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 -- One plan for every batch (revision 0033): the statement below, of many parts over a partitioned
 -- table, took PostgreSQL about 5 million instructions to plan, which it did again for each call.
 SET plan_cache_mode = force_generic_plan
--- And no JIT (revision 0035), as pgq.claim: a batch of rows read by id never repays a compilation,
--- which a plan estimated past jit_above_cost would pay again at every call.
-SET jit = off
 AS $fn$
 #variable_conflict use_column
 BEGIN

@@ -23,7 +23,8 @@ REVOKE ALL ON FUNCTION pgq.next_run_at(text[]) FROM PUBLIC;
 
 -- An acknowledgement inserted the finished rows into the history sorted by id: a sort of whole rows
 -- that cost some 4,000 instructions a job and ordered nothing a reader relies on (the history's
--- indexes do). Both, and pgq.settle and pgq.settle_raises, set jit = off, as pgq.claim does.
+-- indexes do). (No SET jit = off on them: a worker's acknowledgement runs in a transaction whose
+-- first statement, transaction_guard.sql, turns JIT off already.)
 -- pgq:function complete_skip_core
 -- pgq:function fail_skip_core
 
